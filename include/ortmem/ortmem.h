@@ -1,0 +1,8 @@
+/* ortmem: memory management for LLM inference engines. One include for all layers. */
+#ifndef ORTMEM_ORTMEM_H
+#define ORTMEM_ORTMEM_H
+
+#include <ortmem/core.h>
+#include <ortmem/vmm.h>
+
+#endif /* ORTMEM_ORTMEM_H */

@@ -1,0 +1,315 @@
+/* ortmem vmm: backends, regions, the physical pool, the ledger and the arena.
+ *
+ * A backend is the mechanism: it reserves virtual address (VA) ranges, creates
+ * physical granules, maps them and sets access. A region is a reserved VA range
+ * divided into granules that are committed (mapped) only where bytes are live.
+ * The ledger counts owned bytes (physical granules, once each) and mapped bytes
+ * (per mapping; an alias counts again) for every backend handle.
+ *
+ * Thread safety: every function here is thread-safe unless stated otherwise.
+ * Operations on one region are serialised; different regions run in parallel.
+ * Destroying a handle while another thread still uses it is answered with
+ * ORTMEM_E_HANDLE on that thread, never a crash. */
+#ifndef ORTMEM_VMM_H
+#define ORTMEM_VMM_H
+
+#include <ortmem/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ortmem_backend ortmem_backend;
+typedef struct ortmem_region ortmem_region;
+typedef struct ortmem_arena ortmem_arena;
+
+typedef enum ortmem_access {
+    ORTMEM_ACCESS_NONE = 0,
+    ORTMEM_ACCESS_READ = 1,
+    ORTMEM_ACCESS_READ_WRITE = 3
+} ortmem_access;
+
+/* The backend operations, in the order the ledger counts them. */
+typedef enum ortmem_backend_op {
+    ORTMEM_OP_RESERVE = 0,
+    ORTMEM_OP_UNRESERVE,
+    ORTMEM_OP_CREATE,
+    ORTMEM_OP_RELEASE,
+    ORTMEM_OP_MAP,
+    ORTMEM_OP_UNMAP,
+    ORTMEM_OP_SET_ACCESS,
+    ORTMEM_OP_EXPORT,
+    ORTMEM_OP_IMPORT,
+    ORTMEM_OP_COPY,
+    ORTMEM_OP_COUNT,
+    ORTMEM_OP_ANY = ORTMEM_OP_COUNT /* fault injection: every operation */
+} ortmem_backend_op;
+
+/* "reserve", "create", ...; "any" for ORTMEM_OP_ANY; NULL when out of range. */
+ORTMEM_API const char *ortmem_backend_op_name(ortmem_backend_op op);
+/* Parses a name produced by ortmem_backend_op_name. */
+ORTMEM_API ortmem_status ortmem_backend_op_parse(const char *name, ortmem_backend_op *op);
+
+/* Physical granule creation flags. */
+#define ORTMEM_CREATE_EXPORTABLE 0x1u /* can be exported as a file descriptor */
+
+/* ---- The backend seam -------------------------------------------------------
+ * One primitive per operation. `self` is the pointer given at creation. Sizes
+ * and VAs are multiples of the minimum granularity unless stated. A primitive
+ * that fails changes nothing and sets a detail with ortmem_error_set. */
+typedef struct ortmem_backend_ops {
+    size_t struct_size; /* sizeof(ortmem_backend_ops) as the caller knows it */
+    const char *name;   /* "cpu", "cuda", "fault(cpu)" */
+    /* Minimum and recommended granule, both powers of two, recommended >= minimum. */
+    ortmem_status (*granularity)(void *self, size_t *minimum, size_t *recommended);
+    /* Reserves size bytes of VA aligned to alignment; nothing is mapped. */
+    ortmem_status (*reserve)(void *self, size_t size, size_t alignment, uintptr_t *va);
+    /* Returns a whole reservation; nothing in it may be mapped. */
+    ortmem_status (*unreserve)(void *self, uintptr_t va, size_t size);
+    /* Creates one physical granule of size bytes (flags ORTMEM_CREATE_*). */
+    ortmem_status (*create)(void *self, size_t size, unsigned flags, uint64_t *handle);
+    /* Releases a physical granule that is mapped nowhere. */
+    ortmem_status (*release)(void *self, uint64_t handle);
+    /* Maps size bytes of handle, from handle_offset, at va; access stays NONE. */
+    ortmem_status (*map)(void *self, uintptr_t va, size_t size, uint64_t handle,
+                         size_t handle_offset);
+    /* Unmaps a run of mapped granules (any handles); the VA stays reserved. */
+    ortmem_status (*unmap)(void *self, uintptr_t va, size_t size);
+    /* Sets access over a run of mapped granules. */
+    ortmem_status (*set_access)(void *self, uintptr_t va, size_t size, ortmem_access access);
+    /* Optional (NULL = ORTMEM_E_UNSUPPORTED). Exports a granule created
+     * exportable as a new file descriptor the caller owns. */
+    ortmem_status (*export_fd)(void *self, uint64_t handle, int *fd);
+    /* Optional. Imports a granule of size bytes from fd (fd is not consumed). */
+    ortmem_status (*import_fd)(void *self, int fd, size_t size, uint64_t *handle);
+    /* Optional. Copies size bytes between mapped, accessible VAs; synchronous. */
+    ortmem_status (*copy)(void *self, uintptr_t dst, uintptr_t src, size_t size);
+    /* Frees self. Called once, by ortmem_backend_destroy. */
+    void (*destroy)(void *self);
+} ortmem_backend_ops;
+
+/* Wraps a custom backend. ops is copied; self is owned by the new handle and
+ * freed through ops->destroy. Required slots: granularity through set_access. */
+ORTMEM_API ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self,
+                                               ortmem_backend **out);
+
+/* Destroys a backend. ORTMEM_E_BUSY (nothing changes) while regions, arenas or
+ * wrapping backends still use it. Pooled granules are released first;
+ * quarantined granules are deliberately leaked and reported with
+ * ORTMEM_E_QUARANTINED (the handle is destroyed either way). */
+ORTMEM_API ortmem_status ortmem_backend_destroy(ortmem_backend *backend);
+
+ORTMEM_API const char *ortmem_backend_name(const ortmem_backend *backend);
+
+/* The granule regions on this backend use (the recommended granularity). */
+ORTMEM_API ortmem_status ortmem_backend_granule(ortmem_backend *backend, size_t *granule);
+
+/* ---- CPU backend ------------------------------------------------------------
+ * VA from mmap(PROT_NONE, MAP_NORESERVE); physical granules are pre-allocated
+ * extents of one memfd (or their own memfd when exportable); release punches a
+ * hole so memory returns to the OS; access is mprotect. */
+typedef struct ortmem_cpu_options {
+    size_t struct_size;
+    size_t granule;   /* bytes; power of two >= page size; 0 = 2 MiB */
+    int numa_node;    /* hwloc NUMA node to allocate granules on; -1 = no binding */
+    int populate;     /* non-zero: map with MAP_POPULATE (pre-faulted page tables) */
+} ortmem_cpu_options;
+
+#define ORTMEM_CPU_OPTIONS_INIT {sizeof(ortmem_cpu_options), 0, -1, 0}
+
+/* options may be NULL for the defaults. */
+ORTMEM_API ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options,
+                                                   ortmem_backend **out);
+
+/* ---- Fault-injection backend ------------------------------------------------
+ * Wraps another backend and fails chosen calls before they reach it, so every
+ * failure path above it can be driven. An injected failure returns
+ * ORTMEM_E_BACKEND and the inner backend is not called. */
+typedef struct ortmem_fault_options {
+    size_t struct_size;
+    ortmem_backend_op op; /* which operation is counted and failed; ORTMEM_OP_ANY = all */
+    uint64_t fail_at;     /* fail the Nth counted call (1-based); 0 = never */
+    double probability;   /* in addition, fail each counted call with this probability */
+    uint64_t seed;        /* seed for probability (deterministic) */
+} ortmem_fault_options;
+
+#define ORTMEM_FAULT_OPTIONS_INIT {sizeof(ortmem_fault_options), ORTMEM_OP_ANY, 0, 0.0, 1}
+
+/* The wrapper keeps inner alive: inner cannot be destroyed before it. */
+ORTMEM_API ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
+                                                     const ortmem_fault_options *options,
+                                                     ortmem_backend **out);
+/* Re-arms the wrapper with new options and zeroes its counted calls. */
+ORTMEM_API ortmem_status ortmem_fault_backend_arm(ortmem_backend *fault,
+                                                  const ortmem_fault_options *options);
+/* Calls counted so far (for the armed op) and failures injected so far. */
+ORTMEM_API ortmem_status ortmem_fault_backend_counts(ortmem_backend *fault, uint64_t *calls,
+                                                     uint64_t *injected);
+
+/* ---- Ledger -----------------------------------------------------------------
+ * Counters saturate at UINT64_MAX instead of wrapping; each clamp is counted in
+ * saturations. */
+typedef struct ortmem_vmm_stats {
+    size_t struct_size;
+    uint64_t owned_bytes;        /* physical granules alive, counted once (pool included) */
+    uint64_t owned_peak_bytes;
+    uint64_t mapped_bytes;       /* bytes mapped, per mapping (aliases count again) */
+    uint64_t mapped_peak_bytes;
+    uint64_t owned_granules;
+    uint64_t mapped_granules;
+    uint64_t reserved_bytes;     /* VA reserved by live regions and arenas */
+    uint64_t quarantined_bytes;  /* owned bytes of poisoned granules, never reused */
+    uint64_t quarantined_mapped_bytes; /* mappings whose unmap failed */
+    uint64_t quarantined_granules;
+    uint64_t leaked_va_bytes;    /* VA left reserved on purpose because granules stayed */
+    uint64_t pool_bytes;         /* owned bytes held by the pool, mapped nowhere */
+    uint64_t pool_cap_bytes;
+    uint64_t pool_hits;
+    uint64_t pool_misses;
+    uint64_t calls[ORTMEM_OP_COUNT];  /* backend calls made through this handle */
+    uint64_t failures[ORTMEM_OP_COUNT];
+    uint64_t saturations;
+} ortmem_vmm_stats;
+
+/* stats->struct_size must be set by the caller. */
+ORTMEM_API ortmem_status ortmem_backend_stats(ortmem_backend *backend, ortmem_vmm_stats *stats);
+
+/* ---- Physical pool ----------------------------------------------------------
+ * Granules released by regions are kept (still owned, pages allocated) up to a
+ * byte cap and reused by the next commit on the same backend. Default cap 0. */
+ORTMEM_API ortmem_status ortmem_pool_set_cap(ortmem_backend *backend, size_t cap_bytes);
+/* Releases pooled granules until at most keep_bytes stay; reports bytes released. */
+ORTMEM_API ortmem_status ortmem_pool_trim(ortmem_backend *backend, size_t keep_bytes,
+                                          size_t *released_bytes);
+/* Creates granules into the pool until it holds bytes (at most the cap). */
+ORTMEM_API ortmem_status ortmem_pool_reserve(ortmem_backend *backend, size_t bytes);
+
+/* ---- Regions ----------------------------------------------------------------*/
+#define ORTMEM_REGION_EXPORTABLE 0x1u /* granules are created exportable */
+
+typedef struct ortmem_region_options {
+    size_t struct_size;
+    size_t size;     /* bytes of VA; rounded up to the granule */
+    unsigned flags;  /* ORTMEM_REGION_* */
+} ortmem_region_options;
+
+#define ORTMEM_REGION_OPTIONS_INIT {sizeof(ortmem_region_options), 0, 0}
+
+ORTMEM_API ortmem_status ortmem_region_create(ortmem_backend *backend,
+                                              const ortmem_region_options *options,
+                                              ortmem_region **out);
+
+/* Unmaps everything (one unmap per contiguous run) and drops its granules;
+ * granules shared into other regions live on there. If an unmap or release
+ * fails the granules are quarantined, the VA is left reserved if anything
+ * stays mapped, and ORTMEM_E_QUARANTINED is returned; the handle is gone. */
+ORTMEM_API ortmem_status ortmem_region_destroy(ortmem_region *region);
+
+ORTMEM_API void *ortmem_region_base(ortmem_region *region);
+ORTMEM_API size_t ortmem_region_size(ortmem_region *region);
+ORTMEM_API size_t ortmem_region_granule(ortmem_region *region);
+
+/* Maps every granule that [offset, offset+len) touches and is not mapped yet,
+ * read-write. All or nothing. */
+ORTMEM_API ortmem_status ortmem_region_commit(ortmem_region *region, size_t offset, size_t len);
+
+/* Unmaps the mapped granules lying wholly inside [offset, offset+len). All or
+ * nothing; ORTMEM_E_QUARANTINED when unmaps succeeded but a release failed. */
+ORTMEM_API ortmem_status ortmem_region_decommit(ortmem_region *region, size_t offset,
+                                                size_t len);
+
+/* Maps src's physical granules of [src_offset, +len) into dst at dst_offset
+ * with access (ORTMEM_ACCESS_READ is the usual alias). Offsets and len must be
+ * granule-aligned; every source granule must be mapped and every destination
+ * granule unmapped. dst may be src if the ranges do not overlap. */
+ORTMEM_API ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset,
+                                             ortmem_region *src, size_t src_offset,
+                                             size_t len, ortmem_access access);
+
+/* Replaces every shared granule (mapped elsewhere too) that [offset, +len)
+ * touches with a private read-write copy at the same VA. Needs the backend's
+ * copy primitive and readable granules. All or nothing. */
+ORTMEM_API ortmem_status ortmem_region_cow(ortmem_region *region, size_t offset, size_t len);
+
+/* Changes access over the mapped granules [offset, +len) (granule-aligned). */
+ORTMEM_API ortmem_status ortmem_region_protect(ortmem_region *region, size_t offset,
+                                               size_t len, ortmem_access access);
+
+typedef enum ortmem_granule_state {
+    ORTMEM_GRANULE_UNMAPPED = 0,
+    ORTMEM_GRANULE_MAPPED,
+    ORTMEM_GRANULE_POISONED
+} ortmem_granule_state;
+
+typedef struct ortmem_granule_info {
+    size_t struct_size;
+    ortmem_granule_state state;
+    ortmem_access access;
+    uint32_t mappers; /* regions mapping this physical granule (1 = private) */
+} ortmem_granule_info;
+
+/* Describes the granule holding byte offset. */
+ORTMEM_API ortmem_status ortmem_region_granule_info(ortmem_region *region, size_t offset,
+                                                    ortmem_granule_info *info);
+
+/* Exports the physical granule at offset (region created ORTMEM_REGION_EXPORTABLE)
+ * as a new file descriptor the caller owns and must close. */
+ORTMEM_API ortmem_status ortmem_region_export(ortmem_region *region, size_t offset, int *fd);
+
+/* Maps a granule imported from fd at the unmapped, granule-aligned offset. */
+ORTMEM_API ortmem_status ortmem_region_import(ortmem_region *region, size_t offset, int fd,
+                                              ortmem_access access);
+
+/* Passes a file descriptor over a connected Unix socket (SCM_RIGHTS). */
+ORTMEM_API ortmem_status ortmem_fd_send(int socket_fd, int fd);
+ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
+
+/* ---- Arena ------------------------------------------------------------------
+ * A malloc-like sub-allocator over one region. Block metadata lives outside
+ * the managed memory (it may be device memory). Granules are committed when
+ * the first allocation touches them and decommitted when the last one leaves,
+ * except that up to cache_bytes of empty granules stay committed for reuse. */
+typedef struct ortmem_arena_options {
+    size_t struct_size;
+    size_t capacity;     /* bytes of VA to reserve; rounded up to the granule */
+    size_t cache_bytes;  /* empty granules kept committed; 0 = decommit at once */
+    size_t min_align;    /* smallest alignment handed out; 0 = 256 */
+} ortmem_arena_options;
+
+#define ORTMEM_ARENA_OPTIONS_INIT {sizeof(ortmem_arena_options), 0, 0, 0}
+
+typedef struct ortmem_arena_stats {
+    size_t struct_size;
+    uint64_t allocated_bytes;  /* sum of live allocation sizes as requested */
+    uint64_t allocated_peak_bytes;
+    uint64_t live_allocations;
+    uint64_t committed_bytes;  /* granules of the arena's region that are mapped */
+    uint64_t committed_peak_bytes;
+    uint64_t cached_bytes;     /* empty granules kept committed */
+    uint64_t allocs;
+    uint64_t frees;
+    uint64_t failed_allocs;
+} ortmem_arena_stats;
+
+ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,
+                                             const ortmem_arena_options *options,
+                                             ortmem_arena **out);
+/* ORTMEM_E_BUSY (nothing changes) while allocations are live, unless force is
+ * non-zero, in which case they are dropped with the arena. */
+ORTMEM_API ortmem_status ortmem_arena_destroy(ortmem_arena *arena, int force);
+/* align: power of two, 0 = min_align. */
+ORTMEM_API ortmem_status ortmem_arena_alloc(ortmem_arena *arena, size_t size, size_t align,
+                                            void **ptr);
+/* ORTMEM_E_NOT_FOUND for a pointer the arena did not hand out,
+ * ORTMEM_E_DOUBLE_FREE for one already freed. */
+ORTMEM_API ortmem_status ortmem_arena_free(ortmem_arena *arena, void *ptr);
+ORTMEM_API ortmem_status ortmem_arena_stats_get(ortmem_arena *arena, ortmem_arena_stats *stats);
+/* Decommits cached empty granules until at most keep_bytes stay cached. */
+ORTMEM_API ortmem_status ortmem_arena_trim(ortmem_arena *arena, size_t keep_bytes);
+ORTMEM_API ortmem_region *ortmem_arena_region(ortmem_arena *arena);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ORTMEM_VMM_H */

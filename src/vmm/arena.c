@@ -1,0 +1,3 @@
+/* Placeholder until the arena lands in this series. */
+#include "core/error.h"
+#include <ortmem/vmm.h>

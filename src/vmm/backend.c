@@ -1,0 +1,255 @@
+#include "vmm/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const char *const om_op_names[ORTMEM_OP_COUNT + 1] = {
+    [ORTMEM_OP_RESERVE] = "reserve",       [ORTMEM_OP_UNRESERVE] = "unreserve",
+    [ORTMEM_OP_CREATE] = "create",         [ORTMEM_OP_RELEASE] = "release",
+    [ORTMEM_OP_MAP] = "map",               [ORTMEM_OP_UNMAP] = "unmap",
+    [ORTMEM_OP_SET_ACCESS] = "set_access", [ORTMEM_OP_EXPORT] = "export",
+    [ORTMEM_OP_IMPORT] = "import",         [ORTMEM_OP_COPY] = "copy",
+    [ORTMEM_OP_ANY] = "any",
+};
+
+const char *ortmem_backend_op_name(ortmem_backend_op op)
+{
+    if ((unsigned)op > ORTMEM_OP_ANY)
+        return NULL;
+    return om_op_names[op];
+}
+
+ortmem_status ortmem_backend_op_parse(const char *name, ortmem_backend_op *op)
+{
+    if (!name || !op)
+        return OM_ERR(ORTMEM_E_INVALID, "backend op parse: name or output is NULL");
+    for (unsigned i = 0; i <= ORTMEM_OP_ANY; i++) {
+        if (strcmp(name, om_op_names[i]) == 0) {
+            *op = (ortmem_backend_op)i;
+            return ORTMEM_OK;
+        }
+    }
+    return OM_ERR(ORTMEM_E_INVALID,
+                  "backend op parse: unknown operation '%s' (reserve, unreserve, create, "
+                  "release, map, unmap, set_access, export, import, copy, any)",
+                  name);
+}
+
+static bool om_is_pow2(size_t v)
+{
+    return v && !(v & (v - 1));
+}
+
+ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self,
+                                    ortmem_backend **out)
+{
+    om_error_clear();
+    if (!ops || !out)
+        return OM_ERR(ORTMEM_E_INVALID, "backend create: ops or out is NULL");
+    if (ops->struct_size < offsetof(ortmem_backend_ops, export_fd))
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "backend create: ops struct_size %zu is smaller than the required "
+                      "slots (%zu bytes)",
+                      ops->struct_size, offsetof(ortmem_backend_ops, export_fd));
+    ortmem_backend_ops copy;
+    memset(&copy, 0, sizeof copy);
+    memcpy(&copy, ops, ops->struct_size < sizeof copy ? ops->struct_size : sizeof copy);
+    copy.struct_size = sizeof copy;
+    if (!copy.granularity || !copy.reserve || !copy.unreserve || !copy.create ||
+        !copy.release || !copy.map || !copy.unmap || !copy.set_access)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "backend create: a required slot (granularity, reserve, unreserve, "
+                      "create, release, map, unmap, set_access) is NULL");
+    size_t minimum = 0, recommended = 0;
+    ortmem_status st = copy.granularity(self, &minimum, &recommended);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "backend create: granularity query failed");
+    if (!om_is_pow2(minimum) || !om_is_pow2(recommended) || recommended < minimum)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "backend create: granularity minimum %zu / recommended %zu must be "
+                      "powers of two with recommended >= minimum",
+                      minimum, recommended);
+    ortmem_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return OM_ERR(ORTMEM_E_NOMEM, "backend create: %zu bytes of bookkeeping", sizeof *b);
+    b->ops = copy;
+    if (!b->ops.name)
+        b->ops.name = "custom";
+    b->self = self;
+    b->granule_min = minimum;
+    b->granule = recommended;
+    pthread_mutex_init(&b->lock, NULL);
+    st = om_handle_register(&b->hdr, OM_KIND_BACKEND);
+    if (st != ORTMEM_OK) {
+        pthread_mutex_destroy(&b->lock);
+        free(b);
+        return st;
+    }
+    *out = b;
+    return ORTMEM_OK;
+}
+
+ortmem_status om_backend_pin(ortmem_backend *b, const char *what)
+{
+    return om_handle_pin(b, OM_KIND_BACKEND, what);
+}
+
+void om_backend_unpin(ortmem_backend *b)
+{
+    om_handle_unpin(&b->hdr);
+}
+
+void om_backend_use(ortmem_backend *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->users++;
+    pthread_mutex_unlock(&b->lock);
+}
+
+void om_backend_unuse(ortmem_backend *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->users--;
+    pthread_mutex_unlock(&b->lock);
+}
+
+ortmem_status ortmem_backend_destroy(ortmem_backend *b)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "backend destroy");
+    if (st != ORTMEM_OK)
+        return st;
+    om_handle_retire(&b->hdr);
+    pthread_mutex_lock(&b->lock);
+    uint64_t users = b->users;
+    pthread_mutex_unlock(&b->lock);
+    if (users) {
+        om_handle_revive(&b->hdr);
+        om_backend_unpin(b);
+        return OM_ERR(ORTMEM_E_BUSY,
+                      "backend destroy: '%s' still has %llu users (regions, arenas or "
+                      "wrapping backends); destroy them first",
+                      b->ops.name, (unsigned long long)users);
+    }
+    om_pool_teardown(b);
+    uint64_t quarantined = om_counter_get(&b->ledger.quarantined);
+    uint64_t granules = om_counter_get(&b->ledger.quarantined_granules);
+    if (quarantined)
+        st = OM_ERR(ORTMEM_E_QUARANTINED,
+                    "backend destroy: '%s' leaves %llu quarantined bytes in %llu granules "
+                    "deliberately leaked",
+                    b->ops.name, (unsigned long long)quarantined,
+                    (unsigned long long)granules);
+    for (size_t i = 0; i < b->quarantine_count; i++)
+        free(b->quarantine[i]);
+    free(b->quarantine);
+    if (b->ops.destroy)
+        b->ops.destroy(b->self);
+    if (b->inner)
+        om_backend_unuse(b->inner);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+    return st;
+}
+
+const char *ortmem_backend_name(const ortmem_backend *backend)
+{
+    if (om_handle_pin(backend, OM_KIND_BACKEND, "backend name") != ORTMEM_OK)
+        return "(invalid backend)";
+    const char *name = backend->ops.name;
+    om_handle_unpin((om_handle *)&backend->hdr);
+    return name;
+}
+
+ortmem_status ortmem_backend_granule(ortmem_backend *b, size_t *granule)
+{
+    om_error_clear();
+    if (!granule)
+        return OM_ERR(ORTMEM_E_INVALID, "backend granule: output is NULL");
+    ortmem_status st = om_backend_pin(b, "backend granule");
+    if (st != ORTMEM_OK)
+        return st;
+    *granule = b->granule;
+    om_backend_unpin(b);
+    return ORTMEM_OK;
+}
+
+/* ---- counted calls ---- */
+
+static ortmem_status om_counted(ortmem_backend *b, ortmem_backend_op op, ortmem_status st)
+{
+    om_ledger_count(&b->ledger.calls[op], 1, b);
+    if (st != ORTMEM_OK) {
+        om_ledger_count(&b->ledger.failures[op], 1, b);
+        return om_error_wrap(st, "backend '%s' %s", b->ops.name, om_op_names[op]);
+    }
+    return st;
+}
+
+ortmem_status om_backend_reserve(ortmem_backend *b, size_t size, size_t align, uintptr_t *va)
+{
+    return om_counted(b, ORTMEM_OP_RESERVE, b->ops.reserve(b->self, size, align, va));
+}
+
+ortmem_status om_backend_unreserve(ortmem_backend *b, uintptr_t va, size_t size)
+{
+    return om_counted(b, ORTMEM_OP_UNRESERVE, b->ops.unreserve(b->self, va, size));
+}
+
+ortmem_status om_backend_create_granule(ortmem_backend *b, size_t size, unsigned flags,
+                                        uint64_t *handle)
+{
+    return om_counted(b, ORTMEM_OP_CREATE, b->ops.create(b->self, size, flags, handle));
+}
+
+ortmem_status om_backend_release_granule(ortmem_backend *b, uint64_t handle)
+{
+    return om_counted(b, ORTMEM_OP_RELEASE, b->ops.release(b->self, handle));
+}
+
+ortmem_status om_backend_map(ortmem_backend *b, uintptr_t va, size_t size, uint64_t handle,
+                             size_t handle_offset)
+{
+    return om_counted(b, ORTMEM_OP_MAP, b->ops.map(b->self, va, size, handle, handle_offset));
+}
+
+ortmem_status om_backend_unmap(ortmem_backend *b, uintptr_t va, size_t size)
+{
+    return om_counted(b, ORTMEM_OP_UNMAP, b->ops.unmap(b->self, va, size));
+}
+
+ortmem_status om_backend_set_access(ortmem_backend *b, uintptr_t va, size_t size,
+                                    ortmem_access access)
+{
+    return om_counted(b, ORTMEM_OP_SET_ACCESS, b->ops.set_access(b->self, va, size, access));
+}
+
+ortmem_status om_backend_export(ortmem_backend *b, uint64_t handle, int *fd)
+{
+    if (!b->ops.export_fd)
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot export granules",
+                      b->ops.name);
+    return om_counted(b, ORTMEM_OP_EXPORT, b->ops.export_fd(b->self, handle, fd));
+}
+
+ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t *handle)
+{
+    if (!b->ops.import_fd)
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot import granules",
+                      b->ops.name);
+    return om_counted(b, ORTMEM_OP_IMPORT, b->ops.import_fd(b->self, fd, size, handle));
+}
+
+bool om_backend_can_copy(const ortmem_backend *b)
+{
+    return b->ops.copy != NULL;
+}
+
+ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size)
+{
+    if (!b->ops.copy)
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no copy primitive", b->ops.name);
+    return om_counted(b, ORTMEM_OP_COPY, b->ops.copy(b->self, dst, src, size));
+}

@@ -1,0 +1,108 @@
+/* Internal view of a backend handle: the vtable, its ledger, its pool and its
+ * quarantine. Calls into the vtable go through om_backend_* so every call is
+ * counted and every failure carries the backend's name. */
+#ifndef ORTMEM_SRC_VMM_BACKEND_H
+#define ORTMEM_SRC_VMM_BACKEND_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <ortmem/vmm.h>
+
+#include "core/counter.h"
+#include "core/handle.h"
+
+typedef struct om_ledger {
+    om_counter owned, owned_peak, mapped, mapped_peak;
+    om_counter owned_granules, mapped_granules, reserved;
+    om_counter quarantined, quarantined_mapped, quarantined_granules, leaked_va;
+    om_counter pool_hits, pool_misses;
+    om_counter calls[ORTMEM_OP_COUNT];
+    om_counter failures[ORTMEM_OP_COUNT];
+    om_counter saturations;
+} om_ledger;
+
+#define OM_PHYS_EXPORTABLE 0x1u
+#define OM_PHYS_IMPORTED 0x2u
+
+/* One physical granule. mappers counts the region slots that map it. */
+typedef struct om_phys {
+    uint64_t handle;
+    size_t size;
+    _Atomic unsigned mappers;
+    unsigned flags;
+    bool poisoned; /* quarantined: never released nor reused */
+} om_phys;
+
+typedef struct om_pool {
+    om_phys **items;
+    size_t count, capacity_items;
+    size_t cap_bytes;
+    size_t bytes;
+} om_pool;
+
+struct ortmem_backend {
+    om_handle hdr;
+    ortmem_backend_ops ops;
+    void *self;
+    size_t granule_min;
+    size_t granule;
+    ortmem_backend *inner; /* wrapped backend kept alive (fault injection) */
+    pthread_mutex_t lock;  /* users, pool, quarantine */
+    uint64_t users;        /* regions, arenas and wrappers using this backend */
+    om_pool pool;
+    om_phys **quarantine;
+    size_t quarantine_count, quarantine_capacity;
+    om_ledger ledger;
+};
+
+/* Pins a backend handle (see core/handle.h). */
+ortmem_status om_backend_pin(ortmem_backend *b, const char *what);
+void om_backend_unpin(ortmem_backend *b);
+/* Registers one more user (region, arena, wrapper); the backend stays alive. */
+void om_backend_use(ortmem_backend *b);
+void om_backend_unuse(ortmem_backend *b);
+
+/* Counted vtable calls. */
+ortmem_status om_backend_reserve(ortmem_backend *b, size_t size, size_t align, uintptr_t *va);
+ortmem_status om_backend_unreserve(ortmem_backend *b, uintptr_t va, size_t size);
+ortmem_status om_backend_create_granule(ortmem_backend *b, size_t size, unsigned flags,
+                                        uint64_t *handle);
+ortmem_status om_backend_release_granule(ortmem_backend *b, uint64_t handle);
+ortmem_status om_backend_map(ortmem_backend *b, uintptr_t va, size_t size, uint64_t handle,
+                             size_t handle_offset);
+ortmem_status om_backend_unmap(ortmem_backend *b, uintptr_t va, size_t size);
+ortmem_status om_backend_set_access(ortmem_backend *b, uintptr_t va, size_t size,
+                                    ortmem_access access);
+ortmem_status om_backend_export(ortmem_backend *b, uint64_t handle, int *fd);
+ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t *handle);
+ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size);
+bool om_backend_can_copy(const ortmem_backend *b);
+
+/* Ledger movements (ledger.c). */
+void om_ledger_owned_add(ortmem_backend *b, size_t bytes);
+void om_ledger_owned_sub(ortmem_backend *b, size_t bytes);
+void om_ledger_mapped_add(ortmem_backend *b, size_t bytes);
+void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes);
+void om_ledger_count(om_counter *counter, uint64_t n, ortmem_backend *b);
+
+/* Physical granules (physical.c). */
+/* A granule for a new mapping: from the pool when possible, else created. */
+ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out);
+/* A granule imported from fd. */
+ortmem_status om_phys_import(ortmem_backend *b, int fd, om_phys **out);
+/* Drops one mapper; the last one returns the granule to the pool or releases
+ * it. A failed release quarantines it and returns ORTMEM_E_QUARANTINED. */
+ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p);
+/* Gives back a granule that was acquired but never mapped. */
+ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p);
+/* Poisons a granule: it stays owned and is reported, never reused. */
+void om_phys_poison(ortmem_backend *b, om_phys *p);
+/* Releases one granule to the backend, or quarantines it on failure. */
+ortmem_status om_phys_release(ortmem_backend *b, om_phys *p);
+
+/* Pool (pool.c); the caller holds b->lock. */
+om_phys *om_pool_take_locked(ortmem_backend *b);
+bool om_pool_put_locked(ortmem_backend *b, om_phys *p);
+void om_pool_teardown(ortmem_backend *b);
+
+#endif

@@ -1,0 +1,117 @@
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "vmm/backend.h"
+
+static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, om_phys **out)
+{
+    om_phys *p = calloc(1, sizeof *p);
+    if (!p)
+        return OM_ERR(ORTMEM_E_NOMEM, "granule bookkeeping: %zu bytes", sizeof *p);
+    p->size = b->granule;
+    p->flags = flags;
+    *out = p;
+    return ORTMEM_OK;
+}
+
+ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out)
+{
+    if (!(flags & OM_PHYS_EXPORTABLE)) {
+        pthread_mutex_lock(&b->lock);
+        om_phys *pooled = om_pool_take_locked(b);
+        pthread_mutex_unlock(&b->lock);
+        if (pooled) {
+            om_ledger_count(&b->ledger.pool_hits, 1, b);
+            *out = pooled;
+            return ORTMEM_OK;
+        }
+        om_ledger_count(&b->ledger.pool_misses, 1, b);
+    }
+    om_phys *p;
+    ortmem_status st = om_phys_new(b, flags, &p);
+    if (st != ORTMEM_OK)
+        return st;
+    unsigned create_flags = (flags & OM_PHYS_EXPORTABLE) ? ORTMEM_CREATE_EXPORTABLE : 0;
+    st = om_backend_create_granule(b, p->size, create_flags, &p->handle);
+    if (st != ORTMEM_OK) {
+        free(p);
+        return st;
+    }
+    om_ledger_owned_add(b, p->size);
+    *out = p;
+    return ORTMEM_OK;
+}
+
+ortmem_status om_phys_import(ortmem_backend *b, int fd, om_phys **out)
+{
+    om_phys *p;
+    ortmem_status st = om_phys_new(b, OM_PHYS_IMPORTED, &p);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_import(b, fd, p->size, &p->handle);
+    if (st != ORTMEM_OK) {
+        free(p);
+        return st;
+    }
+    om_ledger_owned_add(b, p->size);
+    *out = p;
+    return ORTMEM_OK;
+}
+
+void om_phys_poison(ortmem_backend *b, om_phys *p)
+{
+    pthread_mutex_lock(&b->lock);
+    bool fresh = !p->poisoned;
+    if (fresh) {
+        p->poisoned = true;
+        if (b->quarantine_count == b->quarantine_capacity) {
+            size_t ncap = b->quarantine_capacity ? b->quarantine_capacity * 2 : 16;
+            om_phys **grown = realloc(b->quarantine, ncap * sizeof *grown);
+            if (grown) {
+                b->quarantine = grown;
+                b->quarantine_capacity = ncap;
+            }
+        }
+        /* Without room the record is lost but the granule stays poisoned and counted. */
+        if (b->quarantine_count < b->quarantine_capacity)
+            b->quarantine[b->quarantine_count++] = p;
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (fresh) {
+        om_ledger_count(&b->ledger.quarantined, p->size, b);
+        om_ledger_count(&b->ledger.quarantined_granules, 1, b);
+    }
+}
+
+ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
+{
+    ortmem_status st = om_backend_release_granule(b, p->handle);
+    if (st != ORTMEM_OK) {
+        om_phys_poison(b, p);
+        return om_error_wrap(ORTMEM_E_QUARANTINED,
+                             "granule of %zu bytes quarantined after a failed release", p->size);
+    }
+    om_ledger_owned_sub(b, p->size);
+    free(p);
+    return ORTMEM_OK;
+}
+
+ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p)
+{
+    if (!(p->flags & (OM_PHYS_EXPORTABLE | OM_PHYS_IMPORTED))) {
+        pthread_mutex_lock(&b->lock);
+        bool kept = om_pool_put_locked(b, p);
+        pthread_mutex_unlock(&b->lock);
+        if (kept)
+            return ORTMEM_OK;
+    }
+    return om_phys_release(b, p);
+}
+
+ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p)
+{
+    unsigned before = atomic_fetch_sub(&p->mappers, 1);
+    if (before != 1 || p->poisoned)
+        return ORTMEM_OK;
+    return om_phys_discard(b, p);
+}

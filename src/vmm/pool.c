@@ -1,0 +1,134 @@
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "vmm/backend.h"
+
+om_phys *om_pool_take_locked(ortmem_backend *b)
+{
+    om_pool *pool = &b->pool;
+    if (!pool->count)
+        return NULL;
+    om_phys *p = pool->items[--pool->count];
+    pool->bytes -= p->size;
+    return p;
+}
+
+bool om_pool_put_locked(ortmem_backend *b, om_phys *p)
+{
+    om_pool *pool = &b->pool;
+    if (pool->bytes + p->size > pool->cap_bytes)
+        return false;
+    if (pool->count == pool->capacity_items) {
+        size_t ncap = pool->capacity_items ? pool->capacity_items * 2 : 16;
+        om_phys **grown = realloc(pool->items, ncap * sizeof *grown);
+        if (!grown)
+            return false;
+        pool->items = grown;
+        pool->capacity_items = ncap;
+    }
+    pool->items[pool->count++] = p;
+    pool->bytes += p->size;
+    return true;
+}
+
+/* Releases pooled granules until at most keep bytes stay; caller has no lock. */
+static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *released)
+{
+    ortmem_status result = ORTMEM_OK;
+    size_t freed = 0;
+    for (;;) {
+        pthread_mutex_lock(&b->lock);
+        om_phys *p = b->pool.bytes > keep ? om_pool_take_locked(b) : NULL;
+        pthread_mutex_unlock(&b->lock);
+        if (!p)
+            break;
+        size_t size = p->size;
+        /* Release outside the lock: a backend call may be slow. */
+        ortmem_status st = om_phys_release(b, p);
+        if (st == ORTMEM_OK)
+            freed += size;
+        else
+            result = st;
+    }
+    if (released)
+        *released = freed;
+    return result;
+}
+
+void om_pool_teardown(ortmem_backend *b)
+{
+    (void)om_pool_shrink(b, 0, NULL);
+    free(b->pool.items);
+    b->pool.items = NULL;
+    b->pool.capacity_items = 0;
+}
+
+ortmem_status ortmem_pool_set_cap(ortmem_backend *b, size_t cap_bytes)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "pool set cap");
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&b->lock);
+    b->pool.cap_bytes = cap_bytes;
+    pthread_mutex_unlock(&b->lock);
+    st = om_pool_shrink(b, cap_bytes, NULL);
+    om_backend_unpin(b);
+    return st;
+}
+
+ortmem_status ortmem_pool_trim(ortmem_backend *b, size_t keep_bytes, size_t *released_bytes)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "pool trim");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_pool_shrink(b, keep_bytes, released_bytes);
+    om_backend_unpin(b);
+    return st;
+}
+
+ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "pool reserve");
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&b->lock);
+    size_t cap = b->pool.cap_bytes;
+    pthread_mutex_unlock(&b->lock);
+    if (bytes > cap) {
+        om_backend_unpin(b);
+        return OM_ERR(ORTMEM_E_RANGE, "pool reserve: %zu bytes requested above the cap of %zu",
+                      bytes, cap);
+    }
+    for (;;) {
+        pthread_mutex_lock(&b->lock);
+        bool want = b->pool.bytes + b->granule <= bytes;
+        pthread_mutex_unlock(&b->lock);
+        if (!want)
+            break;
+        om_phys *p = calloc(1, sizeof *p);
+        if (!p) {
+            st = OM_ERR(ORTMEM_E_NOMEM, "pool reserve: granule bookkeeping");
+            break;
+        }
+        p->size = b->granule;
+        st = om_backend_create_granule(b, p->size, 0, &p->handle);
+        if (st != ORTMEM_OK) {
+            free(p);
+            st = om_error_wrap(st, "pool reserve");
+            break;
+        }
+        om_ledger_owned_add(b, p->size);
+        pthread_mutex_lock(&b->lock);
+        bool kept = om_pool_put_locked(b, p);
+        pthread_mutex_unlock(&b->lock);
+        if (!kept) {
+            (void)om_phys_release(b, p);
+            break;
+        }
+    }
+    om_backend_unpin(b);
+    return st;
+}

@@ -1,0 +1,854 @@
+/* Regions: a reserved VA range whose granules are mapped only where bytes live.
+ *
+ * Invariants (docs/memory/ARCHITECTURE.md):
+ * - every map is followed by set-access; a rollback restores recorded access;
+ * - commit, decommit, share, cow and import are all-or-nothing;
+ * - one unmap and one set-access per contiguous run of granules;
+ * - a granule whose unmap or release failed is poisoned: it stays charged, is
+ *   never reused and is reported; the VA is freed only when nothing stays. */
+#include "vmm/region.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/trace.h"
+#include "vmm/backend.h"
+
+typedef struct om_slot {
+    om_phys *phys;
+    uint8_t state;  /* ortmem_granule_state */
+    uint8_t access; /* ortmem_access */
+} om_slot;
+
+struct ortmem_region {
+    om_handle hdr;
+    ortmem_backend *backend;
+    pthread_mutex_t lock;
+    uintptr_t base;
+    size_t size;
+    size_t granule;
+    size_t count;
+    unsigned flags;
+    bool traced;
+    uint64_t id; /* lock order between regions, and the trace id */
+    om_slot *slots;
+};
+
+static _Atomic uint64_t om_region_ids;
+
+/* ---- helpers ---- */
+
+static uintptr_t va_of(const ortmem_region *r, size_t index)
+{
+    return r->base + index * r->granule;
+}
+
+/* Next run of selected entries at or after *i (relative to sel); 0 when none. */
+static size_t next_run(const bool *sel, size_t *i, size_t n)
+{
+    while (*i < n && !sel[*i])
+        (*i)++;
+    size_t start = *i;
+    while (*i < n && sel[*i])
+        (*i)++;
+    size_t len = *i - start;
+    *i = start;
+    return len;
+}
+
+static ortmem_status pin_region(ortmem_region *r, const char *what)
+{
+    ortmem_status st = om_handle_pin(r, OM_KIND_REGION, what);
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&r->lock);
+    return ORTMEM_OK;
+}
+
+static void unpin_region(ortmem_region *r)
+{
+    pthread_mutex_unlock(&r->lock);
+    om_handle_unpin(&r->hdr);
+}
+
+/* Byte range [off, off+len) inside the region, len > 0. */
+static ortmem_status check_range(const ortmem_region *r, size_t off, size_t len,
+                                 const char *what)
+{
+    if (len == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: length is 0", what);
+    if (off > SIZE_MAX - len)
+        return OM_ERR(ORTMEM_E_OVERFLOW, "%s: offset %zu + length %zu overflows", what, off,
+                      len);
+    if (off + len > r->size)
+        return OM_ERR(ORTMEM_E_RANGE, "%s: [%zu, %zu) outside the region of %zu bytes", what,
+                      off, off + len, r->size);
+    return ORTMEM_OK;
+}
+
+static ortmem_status check_aligned(const ortmem_region *r, size_t off, size_t len,
+                                   const char *what)
+{
+    if (off % r->granule || len % r->granule)
+        return OM_ERR(ORTMEM_E_ALIGN,
+                      "%s: offset %zu and length %zu must be multiples of the granule %zu",
+                      what, off, len, r->granule);
+    return ORTMEM_OK;
+}
+
+static ortmem_status no_poison(const ortmem_region *r, size_t g0, size_t n, const char *what)
+{
+    for (size_t i = g0; i < g0 + n; i++) {
+        if (r->slots[i].state == ORTMEM_GRANULE_POISONED)
+            return OM_ERR(ORTMEM_E_STATE,
+                          "%s: granule %zu (offset %zu) is quarantined after a failed backend "
+                          "call and cannot be used",
+                          what, i, i * r->granule);
+    }
+    return ORTMEM_OK;
+}
+
+/* Marks slot i poisoned, holding p (whose mapper reference it keeps). */
+static void poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped)
+{
+    om_slot *s = &r->slots[i];
+    s->state = ORTMEM_GRANULE_POISONED;
+    s->phys = p;
+    s->access = ORTMEM_ACCESS_NONE;
+    om_phys_poison(r->backend, p);
+    if (still_mapped)
+        om_ledger_count(&r->backend->ledger.quarantined_mapped, r->granule, r->backend);
+}
+
+/* Undoes mappings made by the failing call: unmaps each run of mapped[] and
+ * gives the granules back. fresh: the granules were acquired by this call (and
+ * carry no mapper yet); otherwise they are borrowed from another region. A
+ * failed unmap poisons the run instead. */
+static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const bool *mapped,
+                                  om_phys **phys, bool fresh)
+{
+    ortmem_backend *b = r->backend;
+    size_t i = 0;
+    for (size_t len; (len = next_run(mapped, &i, n)) != 0; i += len) {
+        size_t bytes = len * r->granule;
+        if (om_backend_unmap(b, va_of(r, g0 + i), bytes) == ORTMEM_OK) {
+            om_ledger_mapped_sub(b, bytes);
+            continue;
+        }
+        for (size_t k = i; k < i + len; k++) {
+            atomic_fetch_add(&phys[k]->mappers, 1);
+            poison_slot(r, g0 + k, phys[k], true);
+            phys[k] = NULL;
+        }
+    }
+    if (fresh) {
+        for (size_t k = 0; k < n; k++) {
+            if (phys[k])
+                (void)om_phys_discard(b, phys[k]);
+        }
+    }
+}
+
+/* Maps phys[k] (where non-NULL) at granule g0+k and sets access per run. On
+ * failure everything this call mapped is rolled back. */
+static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
+                                  ortmem_access access, bool fresh)
+{
+    ortmem_backend *b = r->backend;
+    bool *mapped = calloc(n, sizeof *mapped);
+    if (!mapped)
+        return OM_ERR(ORTMEM_E_NOMEM, "run bookkeeping for %zu granules", n);
+    ortmem_status st = ORTMEM_OK;
+    for (size_t k = 0; k < n && st == ORTMEM_OK; k++) {
+        if (!phys[k])
+            continue;
+        st = om_backend_map(b, va_of(r, g0 + k), r->granule, phys[k]->handle, 0);
+        if (st == ORTMEM_OK) {
+            mapped[k] = true;
+            om_ledger_mapped_add(b, r->granule);
+        }
+    }
+    size_t i = 0;
+    for (size_t len; st == ORTMEM_OK && (len = next_run(mapped, &i, n)) != 0; i += len)
+        st = om_backend_set_access(b, va_of(r, g0 + i), len * r->granule, access);
+    if (st != ORTMEM_OK) {
+        rollback_new_mappings(r, g0, n, mapped, phys, fresh);
+        free(mapped);
+        return st;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (!phys[k])
+            continue;
+        atomic_fetch_add(&phys[k]->mappers, 1);
+        r->slots[g0 + k] = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access};
+    }
+    free(mapped);
+    return ORTMEM_OK;
+}
+
+/* Maps the recorded granules of sel[] back after a failed unmap elsewhere.
+ * A granule that cannot be restored is poisoned (its physical memory is held). */
+static void restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel)
+{
+    ortmem_backend *b = r->backend;
+    for (size_t k = 0; k < n; k++) {
+        if (!sel[k])
+            continue;
+        om_slot *s = &r->slots[g0 + k];
+        uintptr_t va = va_of(r, g0 + k);
+        if (om_backend_map(b, va, r->granule, s->phys->handle, 0) != ORTMEM_OK) {
+            poison_slot(r, g0 + k, s->phys, false);
+            continue;
+        }
+        om_ledger_mapped_add(b, r->granule);
+        if (om_backend_set_access(b, va, r->granule, (ortmem_access)s->access) != ORTMEM_OK)
+            poison_slot(r, g0 + k, s->phys, true);
+    }
+}
+
+/* Unmaps every run of sel[] (one call per run). On a failure the runs already
+ * unmapped are mapped back and the error returned: nothing changed. */
+static ortmem_status unmap_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel)
+{
+    ortmem_backend *b = r->backend;
+    size_t i = 0;
+    for (size_t len; (len = next_run(sel, &i, n)) != 0; i += len) {
+        size_t bytes = len * r->granule;
+        ortmem_status st = om_backend_unmap(b, va_of(r, g0 + i), bytes);
+        if (st != ORTMEM_OK) {
+            bool *done = calloc(n, sizeof *done);
+            if (done) {
+                memcpy(done, sel, i * sizeof *done);
+                restore_runs(r, g0, n, done);
+                free(done);
+            } else {
+                for (size_t k = 0; k < i; k++) {
+                    if (sel[k])
+                        poison_slot(r, g0 + k, r->slots[g0 + k].phys, false);
+                }
+            }
+            return st;
+        }
+        om_ledger_mapped_sub(b, bytes);
+    }
+    return ORTMEM_OK;
+}
+
+/* After unmap_runs succeeded: clears the slots and drops their granules. */
+static ortmem_status drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel)
+{
+    ortmem_status result = ORTMEM_OK;
+    for (size_t k = 0; k < n; k++) {
+        if (!sel[k])
+            continue;
+        om_slot *s = &r->slots[g0 + k];
+        om_phys *p = s->phys;
+        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE};
+        ortmem_status st = om_phys_drop(r->backend, p);
+        if (st != ORTMEM_OK)
+            result = st;
+    }
+    return result;
+}
+
+/* ---- create / destroy ---- */
+
+ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *options,
+                               bool traced, ortmem_region **out)
+{
+    if (!options || !out)
+        return OM_ERR(ORTMEM_E_INVALID, "region create: options or out is NULL");
+    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_region_options))
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "region create: options struct_size %zu (this library knows %zu)",
+                      options->struct_size, sizeof(ortmem_region_options));
+    ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
+    memcpy(&opt, options, options->struct_size);
+    if (opt.size == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "region create: size is 0");
+    if (opt.flags & ~(unsigned)ORTMEM_REGION_EXPORTABLE)
+        return OM_ERR(ORTMEM_E_INVALID, "region create: unknown flags 0x%x", opt.flags);
+    ortmem_status st = om_backend_pin(b, "region create");
+    if (st != ORTMEM_OK)
+        return st;
+    size_t g = b->granule;
+    if (opt.size > SIZE_MAX - (g - 1)) {
+        om_backend_unpin(b);
+        return OM_ERR(ORTMEM_E_OVERFLOW, "region create: %zu bytes rounded to the granule %zu "
+                                         "overflows", opt.size, g);
+    }
+    size_t size = (opt.size + g - 1) & ~(g - 1);
+    ortmem_region *r = calloc(1, sizeof *r);
+    om_slot *slots = r ? calloc(size / g, sizeof *slots) : NULL;
+    if (!r || !slots) {
+        free(r);
+        om_backend_unpin(b);
+        return OM_ERR(ORTMEM_E_NOMEM, "region create: bookkeeping for %zu granules", size / g);
+    }
+    r->slots = slots;
+    st = om_backend_reserve(b, size, g, &r->base);
+    if (st != ORTMEM_OK) {
+        free(slots);
+        free(r);
+        om_backend_unpin(b);
+        return om_error_wrap(st, "region create (%zu bytes)", size);
+    }
+    r->backend = b;
+    r->size = size;
+    r->granule = g;
+    r->count = size / g;
+    r->flags = opt.flags;
+    r->traced = traced;
+    r->id = atomic_fetch_add(&om_region_ids, 1) + 1;
+    pthread_mutex_init(&r->lock, NULL);
+    st = om_handle_register(&r->hdr, OM_KIND_REGION);
+    if (st != ORTMEM_OK) {
+        (void)om_backend_unreserve(b, r->base, size);
+        pthread_mutex_destroy(&r->lock);
+        free(slots);
+        free(r);
+        om_backend_unpin(b);
+        return st;
+    }
+    om_ledger_count(&b->ledger.reserved, size, b);
+    om_backend_use(b);
+    om_backend_unpin(b);
+    if (traced)
+        om_trace_line("region r%llu %zu", (unsigned long long)r->id, size);
+    *out = r;
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_region_create(ortmem_backend *backend, const ortmem_region_options *options,
+                                   ortmem_region **out)
+{
+    om_error_clear();
+    return om_region_create(backend, options, true, out);
+}
+
+ortmem_status ortmem_region_destroy(ortmem_region *r)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(r, OM_KIND_REGION, "region destroy");
+    if (st != ORTMEM_OK)
+        return st;
+    om_handle_retire(&r->hdr);
+    ortmem_backend *b = r->backend;
+    pthread_mutex_lock(&r->lock);
+    bool *sel = calloc(r->count ? r->count : 1, sizeof *sel);
+    ortmem_status result = ORTMEM_OK;
+    size_t poisoned = 0;
+    for (size_t i = 0; i < r->count; i++) {
+        if (sel)
+            sel[i] = r->slots[i].state == ORTMEM_GRANULE_MAPPED;
+    }
+    if (sel) {
+        /* Unmap run by run; a run that fails is quarantined, the rest go on. */
+        size_t i = 0;
+        for (size_t len; (len = next_run(sel, &i, r->count)) != 0; i += len) {
+            size_t bytes = len * r->granule;
+            if (om_backend_unmap(b, va_of(r, i), bytes) == ORTMEM_OK) {
+                om_ledger_mapped_sub(b, bytes);
+                if (drop_unmapped(r, i, len, sel + i) != ORTMEM_OK)
+                    result = ORTMEM_E_QUARANTINED;
+            } else {
+                for (size_t k = i; k < i + len; k++)
+                    poison_slot(r, k, r->slots[k].phys, true);
+                result = ORTMEM_E_QUARANTINED;
+            }
+        }
+    } else {
+        result = OM_ERR(ORTMEM_E_NOMEM, "region destroy: run bookkeeping");
+        for (size_t i = 0; i < r->count; i++) {
+            if (r->slots[i].state == ORTMEM_GRANULE_MAPPED)
+                poison_slot(r, i, r->slots[i].phys, true);
+        }
+    }
+    for (size_t i = 0; i < r->count; i++)
+        poisoned += r->slots[i].state == ORTMEM_GRANULE_POISONED;
+    free(sel);
+    if (poisoned) {
+        om_ledger_count(&b->ledger.leaked_va, r->size, b);
+        result = OM_ERR(ORTMEM_E_QUARANTINED,
+                        "region destroy: %zu of %zu granules quarantined; the %zu-byte VA range "
+                        "at %p stays reserved on purpose",
+                        poisoned, r->count, r->size, (void *)r->base);
+    } else if (om_backend_unreserve(b, r->base, r->size) != ORTMEM_OK) {
+        om_ledger_count(&b->ledger.leaked_va, r->size, b);
+        result = om_error_wrap(ORTMEM_E_QUARANTINED, "region destroy: VA of %zu bytes leaked",
+                               r->size);
+    } else if (result == ORTMEM_E_QUARANTINED) {
+        result = om_error_wrap(result, "region destroy: a granule release failed");
+    }
+    om_counter_sub(&b->ledger.reserved, r->size, &b->ledger.saturations);
+    if (r->traced)
+        om_trace_line("destroy r%llu", (unsigned long long)r->id);
+    pthread_mutex_unlock(&r->lock);
+    pthread_mutex_destroy(&r->lock);
+    free(r->slots);
+    om_backend_unuse(b);
+    free(r);
+    return result;
+}
+
+/* ---- accessors ---- */
+
+void *ortmem_region_base(ortmem_region *r)
+{
+    if (om_handle_pin(r, OM_KIND_REGION, "region base") != ORTMEM_OK)
+        return NULL;
+    void *base = (void *)r->base;
+    om_handle_unpin(&r->hdr);
+    return base;
+}
+
+size_t ortmem_region_size(ortmem_region *r)
+{
+    if (om_handle_pin(r, OM_KIND_REGION, "region size") != ORTMEM_OK)
+        return 0;
+    size_t size = r->size;
+    om_handle_unpin(&r->hdr);
+    return size;
+}
+
+size_t ortmem_region_granule(ortmem_region *r)
+{
+    if (om_handle_pin(r, OM_KIND_REGION, "region granule") != ORTMEM_OK)
+        return 0;
+    size_t g = r->granule;
+    om_handle_unpin(&r->hdr);
+    return g;
+}
+
+ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset,
+                                         ortmem_granule_info *info)
+{
+    om_error_clear();
+    if (!info || info->struct_size == 0 || info->struct_size > sizeof *info)
+        return OM_ERR(ORTMEM_E_INVALID, "region granule info: info NULL or struct_size unset");
+    ortmem_status st = pin_region(r, "region granule info");
+    if (st != ORTMEM_OK)
+        return st;
+    if (offset >= r->size) {
+        st = OM_ERR(ORTMEM_E_RANGE, "region granule info: offset %zu outside %zu bytes", offset,
+                    r->size);
+    } else {
+        om_slot *s = &r->slots[offset / r->granule];
+        ortmem_granule_info out = {sizeof out, (ortmem_granule_state)s->state,
+                                   (ortmem_access)s->access,
+                                   s->phys ? atomic_load(&s->phys->mappers) : 0};
+        out.struct_size = info->struct_size;
+        memcpy(info, &out, info->struct_size);
+    }
+    unpin_region(r);
+    return st;
+}
+
+/* ---- commit / decommit ---- */
+
+static unsigned phys_flags(const ortmem_region *r)
+{
+    return (r->flags & ORTMEM_REGION_EXPORTABLE) ? OM_PHYS_EXPORTABLE : 0;
+}
+
+ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
+{
+    om_error_clear();
+    ortmem_status st = pin_region(r, "region commit");
+    if (st != ORTMEM_OK)
+        return st;
+    st = check_range(r, offset, len, "region commit");
+    size_t g0 = offset / r->granule;
+    size_t n = st == ORTMEM_OK ? (offset + len - 1) / r->granule + 1 - g0 : 0;
+    if (st == ORTMEM_OK)
+        st = no_poison(r, g0, n, "region commit");
+    om_phys **phys = st == ORTMEM_OK ? calloc(n, sizeof *phys) : NULL;
+    if (st == ORTMEM_OK && !phys)
+        st = OM_ERR(ORTMEM_E_NOMEM, "region commit: bookkeeping for %zu granules", n);
+    size_t acquired = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        if (r->slots[g0 + k].state != ORTMEM_GRANULE_UNMAPPED)
+            continue;
+        st = om_phys_acquire(r->backend, phys_flags(r), &phys[k]);
+        acquired += st == ORTMEM_OK;
+    }
+    if (st != ORTMEM_OK && phys) {
+        for (size_t k = 0; k < n; k++) {
+            if (phys[k])
+                (void)om_phys_discard(r->backend, phys[k]);
+        }
+    } else if (st == ORTMEM_OK && acquired) {
+        st = map_granules(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true);
+    }
+    if (st != ORTMEM_OK) {
+        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granules", offset, len,
+                           acquired);
+    } else if (r->traced) {
+        om_trace_line("commit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
+    }
+    free(phys);
+    unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_decommit(ortmem_region *r, size_t offset, size_t len)
+{
+    om_error_clear();
+    ortmem_status st = pin_region(r, "region decommit");
+    if (st != ORTMEM_OK)
+        return st;
+    st = check_range(r, offset, len, "region decommit");
+    if (st != ORTMEM_OK) {
+        unpin_region(r);
+        return st;
+    }
+    /* Only granules wholly inside the range. */
+    size_t g0 = (offset + r->granule - 1) / r->granule;
+    size_t g1 = (offset + len) / r->granule;
+    size_t n = g1 > g0 ? g1 - g0 : 0;
+    bool *sel = n ? calloc(n, sizeof *sel) : NULL;
+    if (n && !sel)
+        st = OM_ERR(ORTMEM_E_NOMEM, "region decommit: bookkeeping for %zu granules", n);
+    for (size_t k = 0; sel && k < n; k++)
+        sel[k] = r->slots[g0 + k].state == ORTMEM_GRANULE_MAPPED;
+    if (sel) {
+        st = unmap_runs(r, g0, n, sel);
+        if (st == ORTMEM_OK)
+            st = drop_unmapped(r, g0, n, sel);
+        else
+            st = om_error_wrap(st, "region decommit [%zu, +%zu): nothing changed", offset, len);
+    }
+    if (st == ORTMEM_OK && r->traced)
+        om_trace_line("decommit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
+    free(sel);
+    unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_protect(ortmem_region *r, size_t offset, size_t len,
+                                    ortmem_access access)
+{
+    om_error_clear();
+    if (access != ORTMEM_ACCESS_NONE && access != ORTMEM_ACCESS_READ &&
+        access != ORTMEM_ACCESS_READ_WRITE)
+        return OM_ERR(ORTMEM_E_INVALID, "region protect: unknown access %d", (int)access);
+    ortmem_status st = pin_region(r, "region protect");
+    if (st != ORTMEM_OK)
+        return st;
+    st = check_range(r, offset, len, "region protect");
+    if (st == ORTMEM_OK)
+        st = check_aligned(r, offset, len, "region protect");
+    size_t g0 = offset / r->granule, n = len / r->granule;
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        if (r->slots[g0 + k].state != ORTMEM_GRANULE_MAPPED)
+            st = OM_ERR(ORTMEM_E_STATE, "region protect: granule at offset %zu is not mapped",
+                        (g0 + k) * r->granule);
+    }
+    if (st == ORTMEM_OK)
+        st = om_backend_set_access(r->backend, va_of(r, g0), len, access);
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++)
+        r->slots[g0 + k].access = (uint8_t)access;
+    unpin_region(r);
+    return st;
+}
+
+/* ---- share ---- */
+
+static void lock_pair(ortmem_region *a, ortmem_region *b)
+{
+    if (a == b) {
+        pthread_mutex_lock(&a->lock);
+    } else if (a->id < b->id) {
+        pthread_mutex_lock(&a->lock);
+        pthread_mutex_lock(&b->lock);
+    } else {
+        pthread_mutex_lock(&b->lock);
+        pthread_mutex_lock(&a->lock);
+    }
+}
+
+static void unlock_pair(ortmem_region *a, ortmem_region *b)
+{
+    pthread_mutex_unlock(&a->lock);
+    if (a != b)
+        pthread_mutex_unlock(&b->lock);
+}
+
+static ortmem_status check_share(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
+                                 size_t src_offset, size_t len)
+{
+    const char *what = "region share";
+    ortmem_status st = check_range(dst, dst_offset, len, "region share (destination)");
+    if (st == ORTMEM_OK)
+        st = check_range(src, src_offset, len, "region share (source)");
+    if (st == ORTMEM_OK)
+        st = check_aligned(dst, dst_offset, len, "region share (destination)");
+    if (st == ORTMEM_OK)
+        st = check_aligned(src, src_offset, len, "region share (source)");
+    if (st != ORTMEM_OK)
+        return st;
+    if (dst->backend != src->backend)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: regions live on different backends ('%s', '%s')",
+                      what, dst->backend->ops.name, src->backend->ops.name);
+    if (dst == src && dst_offset < src_offset + len && src_offset < dst_offset + len)
+        return OM_ERR(ORTMEM_E_RANGE, "%s: [%zu, +%zu) and [%zu, +%zu) overlap in one region",
+                      what, dst_offset, len, src_offset, len);
+    size_t n = len / dst->granule;
+    for (size_t k = 0; k < n; k++) {
+        size_t si = src_offset / src->granule + k, di = dst_offset / dst->granule + k;
+        if (src->slots[si].state != ORTMEM_GRANULE_MAPPED)
+            return OM_ERR(ORTMEM_E_STATE, "%s: source granule at offset %zu is not mapped",
+                          what, si * src->granule);
+        if (dst->slots[di].state != ORTMEM_GRANULE_UNMAPPED)
+            return OM_ERR(ORTMEM_E_STATE,
+                          "%s: destination granule at offset %zu is already committed", what,
+                          di * dst->granule);
+    }
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
+                                  size_t src_offset, size_t len, ortmem_access access)
+{
+    om_error_clear();
+    if (access != ORTMEM_ACCESS_NONE && access != ORTMEM_ACCESS_READ &&
+        access != ORTMEM_ACCESS_READ_WRITE)
+        return OM_ERR(ORTMEM_E_INVALID, "region share: unknown access %d", (int)access);
+    ortmem_status st = om_handle_pin(dst, OM_KIND_REGION, "region share (destination)");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_handle_pin(src, OM_KIND_REGION, "region share (source)");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&dst->hdr);
+        return st;
+    }
+    lock_pair(dst, src);
+    st = check_share(dst, dst_offset, src, src_offset, len);
+    size_t n = st == ORTMEM_OK ? len / dst->granule : 0;
+    om_phys **phys = n ? calloc(n, sizeof *phys) : NULL;
+    if (st == ORTMEM_OK && !phys)
+        st = OM_ERR(ORTMEM_E_NOMEM, "region share: bookkeeping for %zu granules", n);
+    if (st == ORTMEM_OK) {
+        for (size_t k = 0; k < n; k++)
+            phys[k] = src->slots[src_offset / src->granule + k].phys;
+        st = map_granules(dst, dst_offset / dst->granule, n, phys, access, false);
+        if (st != ORTMEM_OK)
+            st = om_error_wrap(st, "region share of %zu granules", n);
+        else if (dst->traced && src->traced)
+            om_trace_line("share r%llu %zu r%llu %zu %zu", (unsigned long long)dst->id,
+                          dst_offset, (unsigned long long)src->id, src_offset, len);
+    }
+    free(phys);
+    unlock_pair(dst, src);
+    om_handle_unpin(&src->hdr);
+    om_handle_unpin(&dst->hdr);
+    return st;
+}
+
+/* ---- copy-on-write ---- */
+
+/* Copies each candidate's bytes into its new granule through a scratch VA. */
+static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool *cand,
+                              om_phys **fresh, size_t count)
+{
+    ortmem_backend *b = r->backend;
+    uintptr_t scratch;
+    ortmem_status st = om_backend_reserve(b, count * r->granule, r->granule, &scratch);
+    if (st != ORTMEM_OK)
+        return st;
+    bool *mapped = calloc(count, sizeof *mapped);
+    om_phys **order = calloc(count, sizeof *order);
+    if (!mapped || !order)
+        st = OM_ERR(ORTMEM_E_NOMEM, "cow: bookkeeping for %zu granules", count);
+    size_t j = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        if (!cand[k])
+            continue;
+        order[j] = fresh[k];
+        st = om_backend_map(b, scratch + j * r->granule, r->granule, fresh[k]->handle, 0);
+        if (st == ORTMEM_OK) {
+            mapped[j] = true;
+            om_ledger_mapped_add(b, r->granule);
+        }
+        j++;
+    }
+    if (st == ORTMEM_OK)
+        st = om_backend_set_access(b, scratch, count * r->granule, ORTMEM_ACCESS_READ_WRITE);
+    j = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        if (!cand[k])
+            continue;
+        st = om_backend_copy(b, scratch + j * r->granule, va_of(r, g0 + k), r->granule);
+        j++;
+    }
+    /* Tear the scratch mappings down; a failed unmap poisons the new granule. */
+    bool unmapped = true;
+    size_t i = 0;
+    for (size_t len; mapped && (len = next_run(mapped, &i, count)) != 0; i += len) {
+        if (om_backend_unmap(b, scratch + i * r->granule, len * r->granule) == ORTMEM_OK) {
+            om_ledger_mapped_sub(b, len * r->granule);
+            continue;
+        }
+        unmapped = false;
+        for (size_t q = i; q < i + len; q++) {
+            om_phys_poison(b, order[q]);
+            om_ledger_count(&b->ledger.quarantined_mapped, r->granule, b);
+        }
+        st = st == ORTMEM_OK ? ORTMEM_E_BACKEND : st;
+    }
+    if (unmapped && om_backend_unreserve(b, scratch, count * r->granule) != ORTMEM_OK)
+        om_ledger_count(&b->ledger.leaked_va, count * r->granule, b);
+    else if (!unmapped)
+        om_ledger_count(&b->ledger.leaked_va, count * r->granule, b);
+    free(mapped);
+    free(order);
+    return st;
+}
+
+ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
+{
+    om_error_clear();
+    ortmem_status st = pin_region(r, "region cow");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_backend *b = r->backend;
+    st = check_range(r, offset, len, "region cow");
+    size_t g0 = offset / r->granule;
+    size_t n = st == ORTMEM_OK ? (offset + len - 1) / r->granule + 1 - g0 : 0;
+    if (st == ORTMEM_OK)
+        st = no_poison(r, g0, n, "region cow");
+    bool *cand = st == ORTMEM_OK ? calloc(n, sizeof *cand) : NULL;
+    om_phys **fresh = cand ? calloc(n, sizeof *fresh) : NULL;
+    if (st == ORTMEM_OK && (!cand || !fresh))
+        st = OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping for %zu granules", n);
+    size_t count = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        om_slot *s = &r->slots[g0 + k];
+        if (s->state != ORTMEM_GRANULE_MAPPED || atomic_load(&s->phys->mappers) < 2)
+            continue;
+        if (s->access == ORTMEM_ACCESS_NONE)
+            st = OM_ERR(ORTMEM_E_STATE, "region cow: shared granule at offset %zu has no access "
+                                        "and cannot be read", (g0 + k) * r->granule);
+        cand[k] = true;
+        count++;
+    }
+    if (st == ORTMEM_OK && count && !om_backend_can_copy(b))
+        st = OM_ERR(ORTMEM_E_UNSUPPORTED, "region cow: backend '%s' has no copy primitive",
+                    b->ops.name);
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        if (cand[k])
+            st = om_phys_acquire(b, phys_flags(r), &fresh[k]);
+    }
+    if (st == ORTMEM_OK && count)
+        st = cow_fill(r, g0, n, cand, fresh, count);
+    /* Swap: unmap the shared granules (one call per run), map the copies. */
+    if (st == ORTMEM_OK && count) {
+        st = unmap_runs(r, g0, n, cand);
+        if (st == ORTMEM_OK) {
+            om_slot *old = calloc(n, sizeof *old);
+            if (!old) {
+                restore_runs(r, g0, n, cand);
+                st = OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping");
+            } else {
+                for (size_t k = 0; k < n; k++) {
+                    if (!cand[k])
+                        continue;
+                    old[k] = r->slots[g0 + k];
+                    r->slots[g0 + k] =
+                        (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE};
+                }
+                st = map_granules(r, g0, n, fresh, ORTMEM_ACCESS_READ_WRITE, false);
+                if (st == ORTMEM_OK) {
+                    for (size_t k = 0; k < n; k++) {
+                        if (old[k].phys)
+                            (void)om_phys_drop(b, old[k].phys);
+                    }
+                    memset(fresh, 0, n * sizeof *fresh);
+                } else {
+                    /* The copies are unmapped again; put the shared granules back. */
+                    for (size_t k = 0; k < n; k++) {
+                        if (!old[k].phys)
+                            continue;
+                        if (r->slots[g0 + k].state == ORTMEM_GRANULE_POISONED) {
+                            /* The copy stuck there poisoned; the old mapping is gone. */
+                            (void)om_phys_drop(b, old[k].phys);
+                            fresh[k] = NULL;
+                            cand[k] = false;
+                            continue;
+                        }
+                        r->slots[g0 + k] = old[k];
+                    }
+                    restore_runs(r, g0, n, cand);
+                }
+                free(old);
+            }
+        }
+    }
+    for (size_t k = 0; fresh && k < n; k++) {
+        if (fresh[k] && !fresh[k]->poisoned)
+            (void)om_phys_discard(b, fresh[k]);
+    }
+    if (st != ORTMEM_OK)
+        st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
+                           count);
+    free(cand);
+    free(fresh);
+    unpin_region(r);
+    return st;
+}
+
+/* ---- export / import ---- */
+
+ortmem_status ortmem_region_export(ortmem_region *r, size_t offset, int *fd)
+{
+    om_error_clear();
+    if (!fd)
+        return OM_ERR(ORTMEM_E_INVALID, "region export: fd output is NULL");
+    ortmem_status st = pin_region(r, "region export");
+    if (st != ORTMEM_OK)
+        return st;
+    if (offset >= r->size) {
+        st = OM_ERR(ORTMEM_E_RANGE, "region export: offset %zu outside %zu bytes", offset,
+                    r->size);
+    } else {
+        om_slot *s = &r->slots[offset / r->granule];
+        if (s->state != ORTMEM_GRANULE_MAPPED)
+            st = OM_ERR(ORTMEM_E_STATE, "region export: granule at offset %zu is not mapped",
+                        offset);
+        else if (!(s->phys->flags & (OM_PHYS_EXPORTABLE | OM_PHYS_IMPORTED)))
+            st = OM_ERR(ORTMEM_E_UNSUPPORTED,
+                        "region export: region was not created with ORTMEM_REGION_EXPORTABLE");
+        else
+            st = om_backend_export(r->backend, s->phys->handle, fd);
+    }
+    unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortmem_access access)
+{
+    om_error_clear();
+    if (fd < 0)
+        return OM_ERR(ORTMEM_E_INVALID, "region import: descriptor %d is negative", fd);
+    if (access != ORTMEM_ACCESS_NONE && access != ORTMEM_ACCESS_READ &&
+        access != ORTMEM_ACCESS_READ_WRITE)
+        return OM_ERR(ORTMEM_E_INVALID, "region import: unknown access %d", (int)access);
+    ortmem_status st = pin_region(r, "region import");
+    if (st != ORTMEM_OK)
+        return st;
+    st = check_range(r, offset, r->granule, "region import");
+    if (st == ORTMEM_OK)
+        st = check_aligned(r, offset, r->granule, "region import");
+    size_t gi = offset / r->granule;
+    if (st == ORTMEM_OK && r->slots[gi].state != ORTMEM_GRANULE_UNMAPPED)
+        st = OM_ERR(ORTMEM_E_STATE, "region import: granule at offset %zu is already committed",
+                    offset);
+    om_phys *p = NULL;
+    if (st == ORTMEM_OK)
+        st = om_phys_import(r->backend, fd, &p);
+    if (st == ORTMEM_OK)
+        st = map_granules(r, gi, 1, &p, access, true);
+    unpin_region(r);
+    return st;
+}
