@@ -42,7 +42,7 @@ typedef enum ortmem_status {
     ORTMEM_E_BACKEND,      /* a backend call failed; nothing changed */
     ORTMEM_E_UNSUPPORTED,  /* an optional capability this backend lacks */
     ORTMEM_E_UNAVAILABLE,  /* the backend cannot run on this machine */
-    ORTMEM_E_QUARANTINED,  /* took effect, but granules were quarantined (see stats) */
+    ORTMEM_E_QUARANTINED,  /* took effect, but granules or VA were quarantined (see stats) */
     ORTMEM_E_IO,           /* a file or socket operation failed */
     ORTMEM_STATUS_COUNT
 } ortmem_status;

@@ -1,6 +1,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "vmm/backend.h"
 
 static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, om_phys **out)
@@ -80,6 +81,8 @@ void om_phys_poison(ortmem_backend *b, om_phys *p)
     if (fresh) {
         om_ledger_count(&b->ledger.quarantined, p->size, b);
         om_ledger_count(&b->ledger.quarantined_granules, 1, b);
+        om_log(ORTMEM_LOG_WARN, "backend '%s': granule of %zu bytes quarantined after: %s",
+               b->ops.name, p->size, ortmem_last_error());
     }
 }
 

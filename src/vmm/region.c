@@ -650,7 +650,7 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
 
 /* Copies each candidate's bytes into its new granule through a scratch VA. */
 static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool *cand,
-                              om_phys **fresh, size_t count)
+                              om_phys **fresh, size_t count, bool *leaked_va)
 {
     ortmem_backend *b = r->backend;
     uintptr_t scratch;
@@ -697,10 +697,10 @@ static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool 
         }
         st = st == ORTMEM_OK ? ORTMEM_E_BACKEND : st;
     }
-    if (unmapped && om_backend_unreserve(b, scratch, count * r->granule) != ORTMEM_OK)
+    if (!unmapped || om_backend_unreserve(b, scratch, count * r->granule) != ORTMEM_OK) {
         om_ledger_count(&b->ledger.leaked_va, count * r->granule, b);
-    else if (!unmapped)
-        om_ledger_count(&b->ledger.leaked_va, count * r->granule, b);
+        *leaked_va = true;
+    }
     free(mapped);
     free(order);
     return st;
@@ -723,6 +723,7 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
     if (st == ORTMEM_OK && (!cand || !fresh))
         st = OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping for %zu granules", n);
     size_t count = 0;
+    bool leaked_va = false;
     for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
         om_slot *s = &r->slots[g0 + k];
         if (s->state != ORTMEM_GRANULE_MAPPED || atomic_load(&s->phys->mappers) < 2)
@@ -741,7 +742,7 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
             st = om_phys_acquire(b, phys_flags(r), &fresh[k]);
     }
     if (st == ORTMEM_OK && count)
-        st = cow_fill(r, g0, n, cand, fresh, count);
+        st = cow_fill(r, g0, n, cand, fresh, count, &leaked_va);
     /* Swap: unmap the shared granules (one call per run), map the copies. */
     if (st == ORTMEM_OK && count) {
         st = unmap_runs(r, g0, n, cand);
@@ -792,6 +793,11 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
                            count);
+    else if (leaked_va)
+        st = OM_ERR(ORTMEM_E_QUARANTINED,
+                    "region cow [%zu, +%zu): copied, but the %zu-byte scratch VA could not be "
+                    "returned and is left reserved",
+                    offset, len, count * r->granule);
     free(cand);
     free(fresh);
     unpin_region(r);

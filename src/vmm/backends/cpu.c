@@ -28,6 +28,9 @@ typedef struct cpu_granule {
     off_t offset;
     size_t size;
     bool own_fd;
+    /* Live granules are listed so that destroy frees the bookkeeping of
+     * granules the layers above quarantined and never released. */
+    struct cpu_granule *prev, *next;
 } cpu_granule;
 
 typedef struct cpu_backend {
@@ -40,6 +43,7 @@ typedef struct cpu_backend {
     off_t shared_end;
     off_t *holes; /* granule-sized extents punched and free for reuse */
     size_t hole_count, hole_capacity;
+    cpu_granule *live;
 #ifdef ORTMEM_HAVE_HWLOC
     hwloc_topology_t topology;
     hwloc_nodeset_t nodeset;
@@ -50,6 +54,28 @@ static ortmem_status cpu_errno(const char *what, int err, size_t size)
 {
     ortmem_status st = (err == ENOMEM || err == ENOSPC) ? ORTMEM_E_NOMEM : ORTMEM_E_BACKEND;
     return OM_ERR(st, "%s of %zu bytes failed: %s (errno %d)", what, size, strerror(err), err);
+}
+
+static void cpu_track(cpu_backend *c, cpu_granule *g)
+{
+    pthread_mutex_lock(&c->lock);
+    g->prev = NULL;
+    g->next = c->live;
+    if (c->live)
+        c->live->prev = g;
+    c->live = g;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Caller holds c->lock. */
+static void cpu_untrack_locked(cpu_backend *c, cpu_granule *g)
+{
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        c->live = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
 }
 
 static ortmem_status cpu_granularity(void *self, size_t *minimum, size_t *recommended)
@@ -189,6 +215,7 @@ static ortmem_status cpu_create(void *self, size_t size, unsigned flags, uint64_
         free(g);
         return st;
     }
+    cpu_track(c, g);
     *handle = (uint64_t)(uintptr_t)g;
     return ORTMEM_OK;
 }
@@ -197,13 +224,14 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
 {
     cpu_backend *c = self;
     cpu_granule *g = (cpu_granule *)(uintptr_t)handle;
-    if (g->own_fd) {
-        close(g->fd);
-        free(g);
-        return ORTMEM_OK;
-    }
     pthread_mutex_lock(&c->lock);
     ortmem_status st = ORTMEM_OK;
+    if (g->own_fd) {
+        cpu_untrack_locked(c, g);
+        close(g->fd);
+        free(g);
+        goto out;
+    }
     if (g->size == c->granule && c->hole_count == c->hole_capacity) {
         size_t ncap = c->hole_capacity ? c->hole_capacity * 2 : 64;
         off_t *grown = realloc(c->holes, ncap * sizeof *grown);
@@ -221,6 +249,7 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
     }
     if (g->size == c->granule)
         c->holes[c->hole_count++] = g->offset;
+    cpu_untrack_locked(c, g);
     free(g);
 out:
     pthread_mutex_unlock(&c->lock);
@@ -286,7 +315,7 @@ static ortmem_status cpu_export(void *self, uint64_t handle, int *fd)
 
 static ortmem_status cpu_import(void *self, int fd, size_t size, uint64_t *handle)
 {
-    (void)self;
+    cpu_backend *c = self;
     struct stat st;
     if (fstat(fd, &st) != 0)
         return cpu_errno("import (fstat)", errno, size);
@@ -304,6 +333,7 @@ static ortmem_status cpu_import(void *self, int fd, size_t size, uint64_t *handl
     }
     g->size = size;
     g->own_fd = true;
+    cpu_track(c, g);
     *handle = (uint64_t)(uintptr_t)g;
     return ORTMEM_OK;
 }
@@ -318,6 +348,15 @@ static ortmem_status cpu_copy(void *self, uintptr_t dst, uintptr_t src, size_t s
 static void cpu_destroy(void *self)
 {
     cpu_backend *c = self;
+    /* Granules still listed were quarantined above: their mappings (if any)
+     * keep the memory; only the bookkeeping and descriptors go. */
+    while (c->live) {
+        cpu_granule *g = c->live;
+        c->live = g->next;
+        if (g->own_fd)
+            close(g->fd);
+        free(g);
+    }
     if (c->shared_fd >= 0)
         close(c->shared_fd);
     free(c->holes);

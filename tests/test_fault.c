@@ -1,0 +1,340 @@
+/* Fault injection: each failure path leaves state unchanged or quarantined, and
+ * a sweep fails every backend call of a scripted workload in turn. */
+#include <unistd.h>
+
+#include "support.h"
+
+#define G TEST_GRANULE
+
+static ortmem_backend *fault_on(ortmem_backend *inner, ortmem_backend_op op, uint64_t n)
+{
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = op;
+    fo.fail_at = n;
+    ortmem_backend *f;
+    OK(ortmem_fault_backend_create(inner, &fo, &f));
+    return f;
+}
+
+Test(fault, options_are_validated_and_counts_reported)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *f;
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.probability = 1.5;
+    EXPECT_STATUS(ortmem_fault_backend_create(cpu, &fo, &f), ORTMEM_E_INVALID);
+    fo.probability = 0;
+    fo.op = (ortmem_backend_op)99;
+    EXPECT_STATUS(ortmem_fault_backend_create(cpu, &fo, &f), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_fault_backend_counts(cpu, NULL, NULL), ORTMEM_E_HANDLE);
+    f = fault_on(cpu, ORTMEM_OP_MAP, 2);
+    cr_assert_str_eq(ortmem_backend_name(f), "fault(cpu)");
+    ortmem_region *r = region_on(f, 4 * G, 0);
+    OK(ortmem_region_commit(r, 0, G));
+    EXPECT_STATUS(ortmem_region_commit(r, G, G), ORTMEM_E_BACKEND);
+    cr_assert(strstr(ortmem_last_error(), "fault injected into map (counted call 2)"), "%s",
+              ortmem_last_error());
+    uint64_t calls, injected;
+    OK(ortmem_fault_backend_counts(f, &calls, &injected));
+    cr_assert_eq(calls, 2);
+    cr_assert_eq(injected, 1);
+    ortmem_fault_options again = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_arm(f, &again));
+    OK(ortmem_fault_backend_counts(f, &calls, &injected));
+    cr_assert_eq(calls + injected, 0);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(cpu));
+}
+
+Test(fault, probability_faults_are_deterministic_for_a_seed)
+{
+    uint64_t injected[2];
+    for (int run = 0; run < 2; run++) {
+        ortmem_backend *cpu = test_backend();
+        ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+        fo.probability = 0.3;
+        fo.seed = 1234;
+        ortmem_backend *f;
+        OK(ortmem_fault_backend_create(cpu, &fo, &f));
+        ortmem_region *r = region_on(f, 64 * G, 0);
+        for (size_t i = 0; i < 64; i++)
+            (void)ortmem_region_commit(r, i * G, G);
+        OK(ortmem_fault_backend_counts(f, NULL, &injected[run]));
+        (void)ortmem_region_destroy(r);
+        (void)ortmem_backend_destroy(f);
+        (void)ortmem_backend_destroy(cpu);
+    }
+    cr_assert_gt(injected[0], 0);
+    cr_assert_eq(injected[0], injected[1]);
+}
+
+Test(fault, failed_map_or_set_access_leaves_the_region_unchanged)
+{
+    ortmem_backend_op ops[] = {ORTMEM_OP_CREATE, ORTMEM_OP_MAP, ORTMEM_OP_SET_ACCESS};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        ortmem_backend *cpu = test_backend();
+        ortmem_backend *f = fault_on(cpu, ops[i], ops[i] == ORTMEM_OP_MAP ? 3 : 1);
+        ortmem_region *r = region_on(f, 4 * G, 0);
+        EXPECT_STATUS(ortmem_region_commit(r, 0, 4 * G), ORTMEM_E_BACKEND);
+        ortmem_vmm_stats s = stats_of(f);
+        cr_assert_eq(s.mapped_bytes, 0, "op %s", ortmem_backend_op_name(ops[i]));
+        cr_assert_eq(s.owned_bytes, 0, "op %s", ortmem_backend_op_name(ops[i]));
+        for (size_t g = 0; g < 4; g++)
+            cr_assert_eq(granule_info(r, g * G).state, ORTMEM_GRANULE_UNMAPPED);
+        OK(ortmem_region_commit(r, 0, 4 * G)); /* the fault was one call; now it works */
+        OK(ortmem_region_destroy(r));
+        OK(ortmem_backend_destroy(f));
+        OK(ortmem_backend_destroy(cpu));
+    }
+}
+
+Test(fault, failed_unmap_in_decommit_restores_the_runs_already_unmapped)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *f = fault_on(cpu, ORTMEM_OP_UNMAP, 2);
+    ortmem_region *r = region_on(f, 4 * G, 0);
+    OK(ortmem_region_commit(r, 0, G));
+    OK(ortmem_region_commit(r, 2 * G, G));
+    fill_pattern(ortmem_region_base(r), G, 3);
+    fill_pattern((uint8_t *)ortmem_region_base(r) + 2 * G, G, 4);
+    EXPECT_STATUS(ortmem_region_decommit(r, 0, 4 * G), ORTMEM_E_BACKEND);
+    cr_assert(strstr(ortmem_last_error(), "nothing changed"), "%s", ortmem_last_error());
+    cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_MAPPED);
+    cr_assert_eq(granule_info(r, 2 * G).state, ORTMEM_GRANULE_MAPPED);
+    cr_assert(check_pattern(ortmem_region_base(r), G, 3), "restored run keeps its bytes");
+    cr_assert(check_pattern((uint8_t *)ortmem_region_base(r) + 2 * G, G, 4));
+    ortmem_vmm_stats s = stats_of(f);
+    cr_assert_eq(s.mapped_bytes, 2 * G);
+    cr_assert_eq(s.quarantined_bytes, 0);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(cpu));
+}
+
+Test(fault, failed_release_quarantines_the_granule_forever)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *f = fault_on(cpu, ORTMEM_OP_RELEASE, 1);
+    ortmem_region *r = region_on(f, 2 * G, 0);
+    OK(ortmem_region_commit(r, 0, 2 * G));
+    EXPECT_STATUS(ortmem_region_decommit(r, 0, 2 * G), ORTMEM_E_QUARANTINED);
+    ortmem_vmm_stats s = stats_of(f);
+    cr_assert_eq(s.mapped_bytes, 0, "the unmap itself succeeded");
+    cr_assert_eq(s.owned_bytes, G, "the quarantined granule stays charged");
+    cr_assert_eq(s.quarantined_bytes, G);
+    cr_assert_eq(s.quarantined_granules, 1);
+    OK(ortmem_region_commit(r, 0, 2 * G));
+    cr_assert_eq(stats_of(f).calls[ORTMEM_OP_CREATE], 4, "never reused");
+    OK(ortmem_region_destroy(r));
+    EXPECT_STATUS(ortmem_backend_destroy(f), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(cpu));
+}
+
+Test(fault, failed_unmap_in_destroy_leaks_the_va_on_purpose)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *f = fault_on(cpu, ORTMEM_OP_UNMAP, 1);
+    ortmem_region *r = region_on(f, 4 * G, 0);
+    OK(ortmem_region_commit(r, 0, G));
+    OK(ortmem_region_commit(r, 2 * G, 2 * G));
+    EXPECT_STATUS(ortmem_region_destroy(r), ORTMEM_E_QUARANTINED);
+    cr_assert(strstr(ortmem_last_error(), "stays reserved on purpose"), "%s",
+              ortmem_last_error());
+    ortmem_vmm_stats s = stats_of(f);
+    cr_assert_eq(s.quarantined_bytes, G);
+    cr_assert_eq(s.quarantined_mapped_bytes, G);
+    cr_assert_eq(s.owned_bytes, s.quarantined_bytes);
+    cr_assert_eq(s.mapped_bytes, s.quarantined_mapped_bytes);
+    cr_assert_eq(s.leaked_va_bytes, 4 * G);
+    cr_assert_eq(s.calls[ORTMEM_OP_UNRESERVE], 0);
+    EXPECT_STATUS(ortmem_region_destroy(r), ORTMEM_E_HANDLE);
+    EXPECT_STATUS(ortmem_backend_destroy(f), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(cpu));
+}
+
+/* ---- the sweep ---- */
+
+enum { SWEEP_REGIONS = 4, SWEEP_GRANULES = 8 };
+
+typedef struct sweep_model {
+    ortmem_region *regions[SWEEP_REGIONS];
+    uint64_t seed[SWEEP_REGIONS][SWEEP_GRANULES]; /* 0: no bytes we rely on */
+    uint64_t next_seed;
+    int corruptions;
+    int failures;
+} sweep_model;
+
+static uint8_t *granule_va(sweep_model *m, int r, size_t g)
+{
+    return (uint8_t *)ortmem_region_base(m->regions[r]) + g * G;
+}
+
+/* Every granule the model relies on is mapped and holds its bytes. */
+static void sweep_verify(sweep_model *m)
+{
+    for (int r = 0; r < SWEEP_REGIONS; r++) {
+        for (size_t g = 0; g < SWEEP_GRANULES; g++) {
+            if (!m->seed[r][g])
+                continue;
+            ortmem_granule_info info = granule_info(m->regions[r], g * G);
+            if (info.state != ORTMEM_GRANULE_MAPPED ||
+                !check_pattern(granule_va(m, r, g), G, m->seed[r][g]))
+                m->corruptions++;
+        }
+    }
+}
+
+static void sweep_commit(sweep_model *m, int r, size_t g0, size_t n)
+{
+    bool fresh[SWEEP_GRANULES] = {0};
+    for (size_t g = g0; g < g0 + n; g++)
+        fresh[g] = granule_info(m->regions[r], g * G).state == ORTMEM_GRANULE_UNMAPPED;
+    if (ortmem_region_commit(m->regions[r], g0 * G, n * G) != ORTMEM_OK) {
+        m->failures++;
+        return;
+    }
+    for (size_t g = g0; g < g0 + n; g++) {
+        if (!fresh[g])
+            continue;
+        m->seed[r][g] = ++m->next_seed;
+        fill_pattern(granule_va(m, r, g), G, m->seed[r][g]);
+    }
+}
+
+static void sweep_decommit(sweep_model *m, int r, size_t g0, size_t n)
+{
+    ortmem_status st = ortmem_region_decommit(m->regions[r], g0 * G, n * G);
+    if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {
+        for (size_t g = g0; g < g0 + n; g++)
+            m->seed[r][g] = 0;
+    }
+    m->failures += st != ORTMEM_OK;
+}
+
+static void sweep_share(sweep_model *m, int dst, size_t dg, int src, size_t sg, size_t n)
+{
+    if (ortmem_region_share(m->regions[dst], dg * G, m->regions[src], sg * G, n * G,
+                            ORTMEM_ACCESS_READ) != ORTMEM_OK) {
+        m->failures++;
+        return;
+    }
+    for (size_t k = 0; k < n; k++)
+        m->seed[dst][dg + k] = m->seed[src][sg + k];
+}
+
+static void sweep_cow_and_write(sweep_model *m, int r, size_t g)
+{
+    if (!m->seed[r][g])
+        return; /* an earlier failure left it unmapped: cow has nothing to copy */
+    ortmem_status st = ortmem_region_cow(m->regions[r], g * G, G);
+    m->failures += st != ORTMEM_OK;
+    if (st != ORTMEM_OK && st != ORTMEM_E_QUARANTINED)
+        return;
+    /* Private now: rewrite without disturbing the sharer. */
+    m->seed[r][g] = ++m->next_seed;
+    fill_pattern(granule_va(m, r, g), G, m->seed[r][g]);
+}
+
+static void sweep_export_import(sweep_model *m, int src, size_t sg, int dst, size_t dg)
+{
+    int fd = -1;
+    if (ortmem_region_export(m->regions[src], sg * G, &fd) != ORTMEM_OK) {
+        m->failures++;
+        return;
+    }
+    if (ortmem_region_import(m->regions[dst], dg * G, fd, ORTMEM_ACCESS_READ) == ORTMEM_OK)
+        m->seed[dst][dg] = m->seed[src][sg];
+    else
+        m->failures++;
+    close(fd);
+}
+
+/* Region 3 is exportable; the pool is on so the pool paths run too. */
+static void sweep_workload(ortmem_backend *b, sweep_model *m)
+{
+    memset(m, 0, sizeof *m);
+    OK(ortmem_pool_set_cap(b, 2 * G));
+    for (int r = 0; r < SWEEP_REGIONS; r++) {
+        ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
+        opt.size = SWEEP_GRANULES * G;
+        opt.flags = r == 3 ? ORTMEM_REGION_EXPORTABLE : 0;
+        if (ortmem_region_create(b, &opt, &m->regions[r]) != ORTMEM_OK) {
+            m->failures++;
+            m->regions[r] = NULL;
+        }
+    }
+    for (int r = 0; r < SWEEP_REGIONS; r++) {
+        if (!m->regions[r])
+            goto teardown;
+    }
+    sweep_commit(m, 0, 0, 4);
+    sweep_verify(m);
+    sweep_commit(m, 1, 1, 2);
+    sweep_verify(m);
+    sweep_share(m, 1, 4, 0, 0, 3);
+    sweep_verify(m);
+    sweep_cow_and_write(m, 1, 5);
+    sweep_verify(m);
+    sweep_decommit(m, 0, 0, 2);
+    sweep_verify(m);
+    sweep_commit(m, 0, 5, 3);
+    sweep_verify(m);
+    sweep_commit(m, 3, 0, 2);
+    sweep_verify(m);
+    sweep_export_import(m, 3, 1, 2, 6);
+    sweep_verify(m);
+    sweep_decommit(m, 1, 0, 8);
+    sweep_verify(m);
+    sweep_commit(m, 1, 0, 8);
+    sweep_verify(m);
+    if (ortmem_region_protect(m->regions[0], 5 * G, 3 * G, ORTMEM_ACCESS_READ) != ORTMEM_OK)
+        m->failures++;
+    sweep_verify(m);
+teardown:
+    for (int r = 0; r < SWEEP_REGIONS; r++) {
+        if (m->regions[r] && ortmem_region_destroy(m->regions[r]) != ORTMEM_OK)
+            m->failures++;
+    }
+    if (ortmem_pool_set_cap(b, 0) != ORTMEM_OK)
+        m->failures++;
+}
+
+Test(fault, sweep_fails_every_backend_call_of_the_workload_in_turn)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *clean = fault_on(cpu, ORTMEM_OP_ANY, 0);
+    sweep_model m;
+    sweep_workload(clean, &m);
+    cr_assert_eq(m.failures, 0, "%s", ortmem_last_error());
+    cr_assert_eq(m.corruptions, 0);
+    uint64_t total;
+    OK(ortmem_fault_backend_counts(clean, &total, NULL));
+    cr_assert_gt(total, 60, "the workload makes %llu backend calls", (unsigned long long)total);
+    OK(ortmem_backend_destroy(clean));
+    OK(ortmem_backend_destroy(cpu));
+
+    uint64_t quarantining_runs = 0;
+    for (uint64_t n = 1; n <= total; n++) {
+        cpu = test_backend();
+        ortmem_backend *f = fault_on(cpu, ORTMEM_OP_ANY, n);
+        sweep_workload(f, &m);
+        uint64_t injected;
+        OK(ortmem_fault_backend_counts(f, NULL, &injected));
+        cr_assert_eq(injected, 1, "call %llu was reached and failed", (unsigned long long)n);
+        cr_assert_gt(m.failures, 0, "call %llu: the failure was reported",
+                     (unsigned long long)n);
+        cr_assert_eq(m.corruptions, 0, "call %llu: data corrupted", (unsigned long long)n);
+        ortmem_vmm_stats s = stats_of(f);
+        cr_assert_eq(s.owned_bytes, s.quarantined_bytes, "call %llu: owned %llu quarantined %llu",
+                     (unsigned long long)n, (unsigned long long)s.owned_bytes,
+                     (unsigned long long)s.quarantined_bytes);
+        cr_assert_eq(s.mapped_bytes, s.quarantined_mapped_bytes, "call %llu: mapped %llu vs %llu",
+                     (unsigned long long)n, (unsigned long long)s.mapped_bytes,
+                     (unsigned long long)s.quarantined_mapped_bytes);
+        quarantining_runs += s.quarantined_bytes > 0;
+        (void)ortmem_backend_destroy(f);
+        OK(ortmem_backend_destroy(cpu));
+    }
+    cr_assert_gt(quarantining_runs, 0, "some faults (release, unmap) must quarantine");
+}
