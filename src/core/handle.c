@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/log.h"
 
 /* Open-addressing set of live handle addresses. */
 #define OM_SLOT_EMPTY ((uintptr_t)0)
@@ -128,7 +129,14 @@ ortmem_status om_handle_pin(const void *ptr, om_kind kind, const char *what)
             h->pins++;
     }
     pthread_mutex_unlock(&om_reg_lock);
+    if (st == ORTMEM_OK)
+        om_log_enter_call();
     return st;
+}
+
+void om_handle_end_destroy(void)
+{
+    om_log_leave_call();
 }
 
 void om_handle_unpin(om_handle *h)
@@ -138,16 +146,23 @@ void om_handle_unpin(om_handle *h)
     if (!h->live)
         pthread_cond_broadcast(&om_reg_cv);
     pthread_mutex_unlock(&om_reg_lock);
+    om_log_leave_call();
 }
 
-void om_handle_retire(om_handle *h)
+ortmem_status om_handle_retire(om_handle *h, const char *what)
 {
     pthread_mutex_lock(&om_reg_lock);
+    if (!h->live) {
+        pthread_mutex_unlock(&om_reg_lock);
+        return OM_ERR(ORTMEM_E_HANDLE, "%s: %p is being destroyed by another call", what,
+                      (void *)h);
+    }
     om_remove((uintptr_t)h);
     h->live = false;
     while (h->pins > 1)
         pthread_cond_wait(&om_reg_cv, &om_reg_lock);
     pthread_mutex_unlock(&om_reg_lock);
+    return ORTMEM_OK;
 }
 
 void om_handle_revive(om_handle *h)

@@ -26,10 +26,14 @@ ortmem_status om_handle_register(om_handle *h, om_kind kind);
 /* Pins a live handle of the given kind; what names the call for the detail. */
 ortmem_status om_handle_pin(const void *ptr, om_kind kind, const char *what);
 void om_handle_unpin(om_handle *h);
+/* Ends a destroy call whose handle memory is gone: its pin went with it. */
+void om_handle_end_destroy(void);
 
 /* Makes a pinned handle unreachable for new calls, then waits until the
- * caller's pin is the only one left. The caller still holds its pin. */
-void om_handle_retire(om_handle *h);
+ * caller's pin is the only one left. The caller still holds its pin.
+ * ORTMEM_E_HANDLE when another call is already retiring it (two retires
+ * would wait for each other forever). */
+ortmem_status om_handle_retire(om_handle *h, const char *what);
 /* Undoes om_handle_retire (a destroy that turned out to be refused). */
 void om_handle_revive(om_handle *h);
 

@@ -121,7 +121,11 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
     ortmem_status st = om_backend_pin(b, "backend destroy");
     if (st != ORTMEM_OK)
         return st;
-    om_handle_retire(&b->hdr);
+    st = om_handle_retire(&b->hdr, "backend destroy");
+    if (st != ORTMEM_OK) {
+        om_backend_unpin(b);
+        return st;
+    }
     pthread_mutex_lock(&b->lock);
     uint64_t users = b->users;
     pthread_mutex_unlock(&b->lock);
@@ -151,6 +155,7 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
         om_backend_unuse(b->inner);
     pthread_mutex_destroy(&b->lock);
     free(b);
+    om_handle_end_destroy();
     return st;
 }
 

@@ -28,7 +28,7 @@ ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out)
         }
         om_ledger_count(&b->ledger.pool_misses, 1, b);
     }
-    om_phys *p;
+    om_phys *p = NULL;
     ortmem_status st = om_phys_new(b, flags, &p);
     if (st != ORTMEM_OK)
         return st;
@@ -45,7 +45,7 @@ ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out)
 
 ortmem_status om_phys_import(ortmem_backend *b, int fd, om_phys **out)
 {
-    om_phys *p;
+    om_phys *p = NULL;
     ortmem_status st = om_phys_new(b, OM_PHYS_IMPORTED, &p);
     if (st != ORTMEM_OK)
         return st;

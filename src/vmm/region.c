@@ -333,7 +333,11 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
     ortmem_status st = om_handle_pin(r, OM_KIND_REGION, "region destroy");
     if (st != ORTMEM_OK)
         return st;
-    om_handle_retire(&r->hdr);
+    st = om_handle_retire(&r->hdr, "region destroy");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&r->hdr);
+        return st;
+    }
     ortmem_backend *b = r->backend;
     pthread_mutex_lock(&r->lock);
     bool *sel = calloc(r->count ? r->count : 1, sizeof *sel);
@@ -389,6 +393,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
     free(r->slots);
     om_backend_unuse(b);
     free(r);
+    om_handle_end_destroy();
     return result;
 }
 

@@ -244,7 +244,7 @@ ortmem_status ortmem_fault_backend_arm(ortmem_backend *b, const ortmem_fault_opt
     ortmem_status st = fault_validate(options, &opt, "fault backend arm");
     if (st != ORTMEM_OK)
         return st;
-    fault_backend *f;
+    fault_backend *f = NULL;
     st = fault_pin(b, "fault backend arm", &f);
     if (st != ORTMEM_OK)
         return st;
@@ -261,7 +261,7 @@ ortmem_status ortmem_fault_backend_arm(ortmem_backend *b, const ortmem_fault_opt
 ortmem_status ortmem_fault_backend_counts(ortmem_backend *b, uint64_t *calls, uint64_t *injected)
 {
     om_error_clear();
-    fault_backend *f;
+    fault_backend *f = NULL;
     ortmem_status st = fault_pin(b, "fault backend counts", &f);
     if (st != ORTMEM_OK)
         return st;
