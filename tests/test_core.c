@@ -124,3 +124,41 @@ Test(core, quarantine_is_logged_through_the_callback_only)
     EXPECT_STATUS(ortmem_backend_destroy(b), ORTMEM_E_QUARANTINED);
     OK(ortmem_backend_destroy(cpu));
 }
+
+typedef struct reentrant_capture {
+    ortmem_region *region;
+    ortmem_status seen;
+    int calls;
+} reentrant_capture;
+
+/* Calls back into the very region whose lock was held when the message arose. */
+static void reentrant_log(void *user, ortmem_log_level level, const char *message)
+{
+    (void)level;
+    (void)message;
+    reentrant_capture *c = user;
+    ortmem_granule_info info = {sizeof info, 0, 0, 0};
+    c->seen = ortmem_region_granule_info(c->region, 0, &info);
+    c->calls++;
+}
+
+Test(core, a_log_callback_may_call_back_into_the_library, .timeout = 10)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = ORTMEM_OP_RELEASE;
+    fo.fail_at = 1;
+    ortmem_backend *b;
+    OK(ortmem_fault_backend_create(cpu, &fo, &b));
+    ortmem_region *r = region_on(b, 2 * TEST_GRANULE, 0);
+    reentrant_capture capture = {r, ORTMEM_E_STATE, 0};
+    ortmem_set_log(reentrant_log, &capture, ORTMEM_LOG_DEBUG);
+    OK(ortmem_region_commit(r, 0, TEST_GRANULE));
+    EXPECT_STATUS(ortmem_region_decommit(r, 0, TEST_GRANULE), ORTMEM_E_QUARANTINED);
+    ortmem_set_log(NULL, NULL, ORTMEM_LOG_INFO);
+    cr_assert_eq(capture.calls, 1, "delivered once, after the call released its locks");
+    cr_assert_eq(capture.seen, ORTMEM_OK);
+    OK(ortmem_region_destroy(r));
+    EXPECT_STATUS(ortmem_backend_destroy(b), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(cpu));
+}
