@@ -803,6 +803,39 @@ Test(arena_fault, failed_commit_changes_nothing)
     rig_destroy(rig);
 }
 
+/* The inner wrapper fails the second map, the outer one the rollback's unmap:
+ * granule 0 ends quarantined and must never be handed out again. */
+Test(arena_fault, a_quarantined_granule_is_fenced_off_and_the_alloc_goes_elsewhere)
+{
+    fault_rig inner = rig_create(ORTMEM_OP_MAP, 2);
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = ORTMEM_OP_UNMAP;
+    fo.fail_at = 1;
+    ortmem_backend *outer;
+    OK(ortmem_fault_backend_create(inner.fault, &fo, &outer));
+    ortmem_arena *a = arena_on(outer, 8 * G, 0, 0);
+    uint8_t *p = alloc_ok(a, 2 * G, 0);
+    cr_assert_eq(granule_state(a, 0), ORTMEM_GRANULE_POISONED);
+    cr_assert_eq(offset_in(a, p), G, "placed after the fenced granule");
+    fill_all(p, 2 * G, 9);
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.fenced_bytes, G);
+    cr_assert_eq(s.failed_allocs, 0, "the retry succeeded");
+    /* Small allocations never land in granule 0 again. */
+    for (int i = 0; i < 16; i++) {
+        uint8_t *q = alloc_ok(a, 256, 0);
+        cr_assert_geq(offset_in(a, q), G, "allocation %d at offset %zu", i, offset_in(a, q));
+    }
+    cr_assert(check_all(p, 2 * G, 9));
+    OK(ortmem_arena_free(a, p));
+    EXPECT_STATUS(ortmem_arena_destroy(a, 1), ORTMEM_E_QUARANTINED);
+    ortmem_vmm_stats v = stats_of(outer);
+    cr_assert_eq(v.owned_bytes, v.quarantined_bytes);
+    cr_assert_eq(v.mapped_bytes, v.quarantined_mapped_bytes);
+    EXPECT_STATUS(ortmem_backend_destroy(outer), ORTMEM_E_QUARANTINED);
+    rig_destroy(inner);
+}
+
 Test(arena_fault, failed_decommit_keeps_the_granule_cached_and_the_free_succeeds)
 {
     fault_rig rig = rig_create(ORTMEM_OP_UNMAP, 1);

@@ -73,8 +73,8 @@ typedef void (*ortmem_log_fn)(void *user, ortmem_log_level level, const char *me
 ORTMEM_API void ortmem_set_log(ortmem_log_fn fn, void *user, ortmem_log_level min_level);
 
 /* Trace recording: every region and arena operation the library performs is
- * appended to a text trace that ortmem-replay can replay (tools/README.md has
- * the format). Also switched on at load time by ORTMEM_TRACE=path. Recording is
+ * appended to a text trace that ortmem-replay can replay (tools/replay/README.md
+ * has the format). Also switched on at load time by ORTMEM_TRACE=path. Recording is
  * process-wide and thread-safe; one line per operation. */
 ORTMEM_API ortmem_status ortmem_trace_start(const char *path);
 ORTMEM_API ortmem_status ortmem_trace_stop(void);

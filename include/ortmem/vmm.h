@@ -112,7 +112,8 @@ typedef struct ortmem_cpu_options {
     size_t struct_size;
     size_t granule;   /* bytes; power of two >= page size; 0 = 2 MiB */
     int numa_node;    /* hwloc NUMA node to allocate granules on; -1 = no binding */
-    int populate;     /* non-zero: map with MAP_POPULATE (pre-faulted page tables) */
+    int populate;     /* non-zero: page tables filled at set-access (MADV_POPULATE_WRITE,
+                         Linux 5.14+; ORTMEM_E_UNSUPPORTED at create where missing) */
 } ortmem_cpu_options;
 
 #define ORTMEM_CPU_OPTIONS_INIT {sizeof(ortmem_cpu_options), 0, -1, 0}
@@ -210,7 +211,9 @@ ORTMEM_API size_t ortmem_region_size(ortmem_region *region);
 ORTMEM_API size_t ortmem_region_granule(ortmem_region *region);
 
 /* Maps every granule that [offset, offset+len) touches and is not mapped yet,
- * read-write. All or nothing. */
+ * read-write. All or nothing. A freshly created granule reads as zeros; one
+ * served from the pool keeps the bytes it held before (like reused CUDA
+ * physical memory). */
 ORTMEM_API ortmem_status ortmem_region_commit(ortmem_region *region, size_t offset, size_t len);
 
 /* Unmaps the mapped granules lying wholly inside [offset, offset+len). All or
@@ -272,7 +275,9 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
 typedef struct ortmem_arena_options {
     size_t struct_size;
     size_t capacity;     /* bytes of VA to reserve; rounded up to the granule */
-    size_t cache_bytes;  /* empty granules kept committed; 0 = decommit at once */
+    size_t cache_bytes;  /* empty granules kept committed; 0 = decommit at once, which
+                            costs a create and release per granule crossing without a
+                            pool (docs/memory/MEASUREMENTS.md, arena) */
     size_t min_align;    /* smallest alignment handed out; 0 = 256 */
 } ortmem_arena_options;
 
@@ -288,7 +293,8 @@ typedef struct ortmem_arena_stats {
     uint64_t cached_bytes;     /* empty granules kept committed */
     uint64_t allocs;
     uint64_t frees;
-    uint64_t failed_allocs;
+    uint64_t failed_allocs;    /* refused allocs of any cause, bad input included */
+    uint64_t fenced_bytes;     /* granules the region quarantined: never handed out again */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,
@@ -304,8 +310,12 @@ ORTMEM_API ortmem_status ortmem_arena_alloc(ortmem_arena *arena, size_t size, si
  * ORTMEM_E_DOUBLE_FREE for one already freed. */
 ORTMEM_API ortmem_status ortmem_arena_free(ortmem_arena *arena, void *ptr);
 ORTMEM_API ortmem_status ortmem_arena_stats_get(ortmem_arena *arena, ortmem_arena_stats *stats);
-/* Decommits cached empty granules until at most keep_bytes stay cached. */
+/* Decommits cached empty granules until at most keep_bytes stay cached. A
+ * failed decommit stops the trim: granules decommitted before it stay
+ * decommitted, the rest stay cached, and the status is returned. */
 ORTMEM_API ortmem_status ortmem_arena_trim(ortmem_arena *arena, size_t keep_bytes);
+/* The arena's region, for inspection (granule info, base). Committing,
+ * decommitting or destroying it directly puts the arena out of step. */
 ORTMEM_API ortmem_region *ortmem_arena_region(ortmem_arena *arena);
 
 #ifdef __cplusplus

@@ -13,16 +13,10 @@
 static pthread_mutex_t om_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *om_trace_file;
 static atomic_bool om_trace_on;
-static atomic_uint_fast64_t om_trace_ids;
 
 bool om_trace_enabled(void)
 {
     return atomic_load_explicit(&om_trace_on, memory_order_relaxed);
-}
-
-uint64_t om_trace_next_id(void)
-{
-    return atomic_fetch_add(&om_trace_ids, 1) + 1;
 }
 
 void om_trace_line(const char *fmt, ...)

@@ -11,7 +11,4 @@ bool om_trace_enabled(void);
 /* Appends one line (no newline in fmt). Does nothing when not recording. */
 void om_trace_line(const char *fmt, ...) ORTMEM_PRINTF(1, 2);
 
-/* Process-unique id for traced objects (regions). */
-uint64_t om_trace_next_id(void);
-
 #endif

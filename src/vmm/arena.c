@@ -100,6 +100,7 @@ struct ortmem_arena {
     size_t lru_head, lru_tail; /* head: least recently emptied */
     size_t cached_count;
     size_t committed_count;
+    size_t fenced_count; /* granules the region quarantined, never handed out */
     size_t *scratch; /* granule indices of one eviction pass */
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
@@ -533,6 +534,32 @@ static void mark_decommitted(ortmem_arena *a, size_t i)
     a->committed_count--;
 }
 
+/* A granule the region quarantined can never be mapped again: its bytes
+ * become a block that is never free, so no allocation lands there. An empty
+ * granule lies wholly inside one free block (free neighbours coalesce). */
+static bool fence_granule(ortmem_arena *a, size_t i)
+{
+    size_t start = i * a->granule, end = start + a->granule;
+    om_block *b = a->first;
+    while (b && b->offset + b->size <= start)
+        b = b->phys_next;
+    if (!b || !b->is_free || b->offset > start || b->offset + b->size < end ||
+        !nodes_reserve(a, 2))
+        return false;
+    carve(a, b, start, end);
+    a->used_bytes += a->granule;
+    a->granules[i].live = 1; /* never empty again: never cached nor recommitted */
+    a->fenced_count++;
+    return true;
+}
+
+static bool granule_poisoned(ortmem_arena *a, size_t i)
+{
+    ortmem_granule_info info = {.struct_size = sizeof info};
+    return ortmem_region_granule_info(a->region, i * a->granule, &info) == ORTMEM_OK &&
+           info.state == ORTMEM_GRANULE_POISONED;
+}
+
 static int compare_index(const void *x, const void *y)
 {
     size_t a = *(const size_t *)x, b = *(const size_t *)y;
@@ -580,10 +607,13 @@ static ortmem_status evict_cached(ortmem_arena *a, size_t keep)
             bool mapped =
                 ortmem_region_granule_info(a->region, a->scratch[k] * g, &info) != ORTMEM_OK ||
                 info.state == ORTMEM_GRANULE_MAPPED;
-            if (mapped)
+            if (mapped) {
                 lru_add(a, a->scratch[k], false);
-            else
+            } else {
                 mark_decommitted(a, a->scratch[k]);
+                if (info.state == ORTMEM_GRANULE_POISONED)
+                    (void)fence_granule(a, a->scratch[k]);
+            }
         }
     }
     if (result != ORTMEM_OK)
@@ -750,7 +780,25 @@ ortmem_status ortmem_arena_destroy(ortmem_arena *a, int force)
     return st;
 }
 
+static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
+                                bool *fenced);
+
+/* A commit refused because the region quarantined a granule fences that
+ * granule off and searches again, so later allocations go elsewhere. */
 static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, void **ptr)
+{
+    ortmem_status st;
+    bool fenced;
+    int attempts = 0;
+    do {
+        fenced = false;
+        st = alloc_once(a, size, align, ptr, &fenced);
+    } while (st != ORTMEM_OK && fenced && ++attempts < 4);
+    return st;
+}
+
+static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
+                                bool *fenced)
 {
     if (!ptr)
         return OM_ERR(ORTMEM_E_INVALID, "arena alloc: ptr output is NULL");
@@ -787,6 +835,10 @@ static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, vo
     if (c_first != OM_NONE) {
         /* One call for the run; the region skips granules already mapped. */
         ortmem_status st = ortmem_region_commit(a->region, c_first * g, (c_last - c_first + 1) * g);
+        for (size_t i = c_first; st != ORTMEM_OK && i <= c_last; i++) {
+            if (!a->granules[i].committed && granule_poisoned(a, i))
+                *fenced |= fence_granule(a, i);
+        }
         if (st != ORTMEM_OK)
             return om_error_wrap(st,
                                  "arena alloc of %zu bytes aligned to %zu: committing granules "
@@ -928,6 +980,8 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
     s.allocs = a->allocs;
     s.frees = a->frees;
     s.failed_allocs = a->failed_allocs;
+    if (stats->struct_size >= offsetof(ortmem_arena_stats, fenced_bytes) + sizeof s.fenced_bytes)
+        s.fenced_bytes = (uint64_t)a->fenced_count * a->granule;
     unpin_arena(a);
     memcpy(stats, &s, stats->struct_size);
     return ORTMEM_OK;

@@ -641,8 +641,11 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
         if (st != ORTMEM_OK)
             st = om_error_wrap(st, "region share of %zu granules", n);
         else if (dst->traced && src->traced)
-            om_trace_line("share r%llu %zu r%llu %zu %zu", (unsigned long long)dst->id,
-                          dst_offset, (unsigned long long)src->id, src_offset, len);
+            om_trace_line("share r%llu %zu r%llu %zu %zu %s", (unsigned long long)dst->id,
+                          dst_offset, (unsigned long long)src->id, src_offset, len,
+                          access == ORTMEM_ACCESS_READ_WRITE ? "rw"
+                          : access == ORTMEM_ACCESS_READ     ? "ro"
+                                                             : "none");
     }
     free(phys);
     unlock_pair(dst, src);

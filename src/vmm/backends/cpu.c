@@ -413,6 +413,24 @@ static ortmem_status cpu_bind_numa(cpu_backend *c)
 #endif
 }
 
+/* populate relies on MADV_POPULATE_WRITE (Linux 5.14); refuse it up front
+ * rather than silently not populating. */
+static ortmem_status cpu_probe_populate(cpu_backend *c)
+{
+    void *p = mmap(NULL, c->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return cpu_errno("cpu backend create: populate probe (mmap)", errno, c->page);
+    int rc = madvise(p, c->page, MADV_POPULATE_WRITE);
+    int err = errno;
+    munmap(p, c->page);
+    if (rc != 0)
+        return OM_ERR(ORTMEM_E_UNSUPPORTED,
+                      "cpu backend create: populate needs MADV_POPULATE_WRITE, which this "
+                      "kernel refuses: %s",
+                      strerror(err));
+    return ORTMEM_OK;
+}
+
 ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options, ortmem_backend **out)
 {
     om_error_clear();
@@ -442,6 +460,8 @@ ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options, ortme
     c->shared_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     ortmem_status st = c->numa_node >= 0 ? cpu_bind_numa(c) : ORTMEM_OK;
+    if (st == ORTMEM_OK && c->populate)
+        st = cpu_probe_populate(c);
     if (st == ORTMEM_OK)
         st = ortmem_backend_create(&cpu_ops, c, out);
     if (st != ORTMEM_OK)
