@@ -1,0 +1,525 @@
+/* Trace recording (ortmem_trace_start/stop, ORTMEM_TRACE) and ortmem-replay.
+ *
+ * The replay tests run the built tool as a child process. Its path comes from
+ * ORTMEM_REPLAY and the bundled traces' folder from ORTMEM_TRACES_DIR, both
+ * set by tests/meson.build. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.h"
+
+extern char **environ;
+
+#define G TEST_GRANULE
+
+static char tmpdir[256];
+
+static void make_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/ortmem-trace-XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_tmpdir(void)
+{
+    (void)ortmem_trace_stop();
+    if (tmpdir[0])
+        (void)nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char paths[8][512];
+    static unsigned next;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
+    return p;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+    cr_assert_eq(fputs(text, f) >= 0, 1);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* The whole file, NUL-terminated; the caller frees it. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *text = malloc(cap);
+    cr_assert_not_null(text);
+    size_t n;
+    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len - 1 == 0) {
+            cap *= 2;
+            text = realloc(text, cap);
+            cr_assert_not_null(text);
+        }
+    }
+    text[len] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* Splits text into lines in place; returns the count. */
+static size_t split_lines(char *text, char **lines, size_t max)
+{
+    size_t n = 0;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l && n < max;
+         l = strtok_r(NULL, "\n", &save))
+        lines[n++] = l;
+    return n;
+}
+
+/* ---- recording ---- */
+
+TestSuite(trace, .init = make_tmpdir, .fini = remove_tmpdir);
+
+Test(trace, start_refuses_bad_paths_and_stop_is_idempotent)
+{
+    EXPECT_STATUS(ortmem_trace_start(NULL), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_trace_start(""), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_trace_start(tmp_path("no/such/dir/x.trace")), ORTMEM_E_IO);
+    cr_assert(strstr(ortmem_last_error(), "no/such/dir") != NULL, "detail: %s",
+              ortmem_last_error());
+    OK(ortmem_trace_stop());
+    OK(ortmem_trace_stop());
+}
+
+Test(trace, records_each_region_operation_as_one_exact_line)
+{
+    ortmem_backend *b = test_backend();
+    const char *path = tmp_path("regions.trace");
+    OK(ortmem_trace_start(path));
+    ortmem_region *a = region_on(b, 3 * G + 1, 0); /* recorded rounded: 4 granules */
+    OK(ortmem_region_commit(a, 0, 100));
+    OK(ortmem_region_commit(a, G, 2 * G));
+    /* Failed calls change nothing, so they are not recorded. */
+    EXPECT_STATUS(ortmem_region_commit(a, 3 * G, 2 * G), ORTMEM_E_RANGE);
+    ortmem_region *s = region_on(b, 2 * G, 0);
+    OK(ortmem_region_share(s, 0, a, 0, G, ORTMEM_ACCESS_READ));
+    EXPECT_STATUS(ortmem_region_share(s, G / 2, a, 0, G, ORTMEM_ACCESS_READ), ORTMEM_E_ALIGN);
+    OK(ortmem_region_decommit(a, G, G));
+    OK(ortmem_region_destroy(s));
+    OK(ortmem_region_destroy(a));
+    OK(ortmem_trace_stop());
+    /* After stop nothing more is written. */
+    ortmem_region *late = region_on(b, G, 0);
+    OK(ortmem_region_commit(late, 0, G));
+    OK(ortmem_region_destroy(late));
+    OK(ortmem_backend_destroy(b));
+
+    char *text = read_file(path);
+    char *lines[32];
+    size_t n = split_lines(text, lines, 32);
+    cr_assert_eq(n, 9, "%zu lines recorded", n);
+    cr_assert_str_eq(lines[0], "# ortmem trace v1: replay with ortmem-replay");
+    /* Region numbers are process-wide; read them off their region lines. */
+    unsigned long long ra = 0, rs = 0;
+    cr_assert_eq(sscanf(lines[1], "region r%llu", &ra), 1, "line: %s", lines[1]);
+    cr_assert_eq(sscanf(lines[4], "region r%llu", &rs), 1, "line: %s", lines[4]);
+    cr_assert_neq(ra, rs);
+    char want[9][96];
+    snprintf(want[1], sizeof want[1], "region r%llu %zu", ra, 4 * G);
+    snprintf(want[2], sizeof want[2], "commit r%llu 0 100", ra);
+    snprintf(want[3], sizeof want[3], "commit r%llu %zu %zu", ra, G, 2 * G);
+    snprintf(want[4], sizeof want[4], "region r%llu %zu", rs, 2 * G);
+    snprintf(want[5], sizeof want[5], "share r%llu 0 r%llu 0 %zu ro", rs, ra, G);
+    snprintf(want[6], sizeof want[6], "decommit r%llu %zu %zu", ra, G, G);
+    snprintf(want[7], sizeof want[7], "destroy r%llu", rs);
+    snprintf(want[8], sizeof want[8], "destroy r%llu", ra);
+    for (size_t i = 1; i < 9; i++)
+        cr_assert_str_eq(lines[i], want[i], "line %zu", i + 1);
+    free(text);
+}
+
+Test(trace, records_arena_allocations_but_not_the_arena_region)
+{
+    ortmem_backend *b = test_backend();
+    const char *path = tmp_path("arena.trace");
+    OK(ortmem_trace_start(path));
+    ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    opt.capacity = 16 * G;
+    ortmem_arena *arena = NULL;
+    OK(ortmem_arena_create(b, &opt, &arena));
+    void *p = NULL, *q = NULL;
+    OK(ortmem_arena_alloc(arena, 1000, 0, &p));
+    OK(ortmem_arena_alloc(arena, 3 * G, 4096, &q));
+    OK(ortmem_arena_free(arena, p));
+    EXPECT_STATUS(ortmem_arena_free(arena, p), ORTMEM_E_DOUBLE_FREE);
+    OK(ortmem_arena_free(arena, q));
+    OK(ortmem_arena_destroy(arena, 0));
+    OK(ortmem_trace_stop());
+    OK(ortmem_backend_destroy(b));
+
+    char *text = read_file(path);
+    char *lines[16];
+    size_t n = split_lines(text, lines, 16);
+    cr_assert_eq(n, 5, "%zu lines recorded", n);
+    char want[4][96];
+    snprintf(want[0], sizeof want[0], "alloc p%lx 1000 0", (unsigned long)(uintptr_t)p);
+    snprintf(want[1], sizeof want[1], "alloc p%lx %zu 4096", (unsigned long)(uintptr_t)q, 3 * G);
+    snprintf(want[2], sizeof want[2], "free p%lx", (unsigned long)(uintptr_t)p);
+    snprintf(want[3], sizeof want[3], "free p%lx", (unsigned long)(uintptr_t)q);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_str_eq(lines[i + 1], want[i], "line %zu", i + 2);
+    free(text);
+}
+
+/* ---- replay ---- */
+
+typedef struct run_result {
+    int status; /* exit status, or 128 + signal */
+    char *out;
+    char *err;
+} run_result;
+
+static const char *replay_path(void)
+{
+    const char *path = getenv("ORTMEM_REPLAY");
+    cr_assert(path && *path, "ORTMEM_REPLAY is not set (tests/meson.build sets it)");
+    return path;
+}
+
+static const char *bundled_trace(const char *name)
+{
+    const char *dir = getenv("ORTMEM_TRACES_DIR");
+    cr_assert(dir && *dir, "ORTMEM_TRACES_DIR is not set (tests/meson.build sets it)");
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return path;
+}
+
+/* Runs ortmem-replay with args (NULL-terminated). record: ORTMEM_TRACE for the
+ * child, or NULL to make sure it records nothing. */
+static run_result replay(const char *record, const char *const *args)
+{
+    const char *argv[32];
+    size_t argc = 0;
+    argv[argc++] = replay_path();
+    for (; *args && argc < 31; args++)
+        argv[argc++] = *args;
+    argv[argc] = NULL;
+
+    size_t envc = 0;
+    while (environ[envc])
+        envc++;
+    char **envp = calloc(envc + 2, sizeof *envp);
+    cr_assert_not_null(envp);
+    size_t k = 0;
+    for (size_t i = 0; i < envc; i++) {
+        if (strncmp(environ[i], "ORTMEM_TRACE=", 13) != 0)
+            envp[k++] = environ[i];
+    }
+    char trace_var[600];
+    if (record) {
+        snprintf(trace_var, sizeof trace_var, "ORTMEM_TRACE=%s", record);
+        envp[k++] = trace_var;
+    }
+    envp[k] = NULL;
+
+    /* Own buffers: the callers' tmp_path strings must survive many runs. */
+    static char out_path[512], err_path[512];
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmpdir);
+    posix_spawn_file_actions_t actions;
+    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &actions, NULL, (char *const *)argv, envp);
+    cr_assert_eq(rc, 0, "spawn %s: %s", argv[0], strerror(rc));
+    posix_spawn_file_actions_destroy(&actions);
+    free(envp);
+    int wstatus = 0;
+    cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
+    run_result r;
+    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+    r.out = read_file(out_path);
+    r.err = read_file(err_path);
+    return r;
+}
+
+static void run_result_free(run_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* The number after "key": in a JSON object (the first occurrence). */
+static uint64_t json_number(const char *json, const char *key)
+{
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *at = strstr(json, pattern);
+    cr_assert_not_null(at, "no \"%s\" in:\n%s", key, json);
+    at += strlen(pattern);
+    cr_assert(*at >= '0' && *at <= '9', "\"%s\" is not a number", key);
+    return strtoull(at, NULL, 10);
+}
+
+static bool json_true(const char *json, const char *key)
+{
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "\"%s\": true", key);
+    return strstr(json, pattern) != NULL;
+}
+
+/* A replay of every operation kind, granule 64 KiB, arena cache 0; the
+ * expected numbers below follow from the region and arena contracts. */
+static const char good_trace[] =
+    "# every operation once or twice\n"
+    "region a 256KiB          # 4 granules of VA\n"
+    "commit a 0 100           # maps granule 0\n"
+    "commit a 64KiB 128KiB    # granules 1 and 2: one run\n"
+    "region b 128KiB\n"
+    "share b 0 a 0 64KiB      # b sees granule 0 of a, read-only\n"
+    "alloc x 64KiB 64KiB      # two allocations that must own one granule each\n"
+    "alloc y 65536 65536\n"
+    "\n"
+    "free x\n"
+    "decommit a 64KiB 64KiB   # granule 1 goes; a keeps granules 0 and 2\n"
+    "destroy b\n"
+    "destroy a\n"
+    "free y\n";
+
+Test(trace, replay_of_a_good_trace_is_clean_with_exact_counts)
+{
+    const char *path = tmp_path("good.trace");
+    write_file(path, good_trace);
+    const char *args[] = {path, "--json", "--granule", "64KiB", "--arena-cache", "0", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
+    cr_assert_eq(r.out[0], '{', "stdout is one JSON object:\n%s", r.out);
+    cr_assert_str_eq(r.err, "", "stderr: %s", r.err);
+    cr_assert_eq(json_number(r.out, "ops"), 12);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 0);
+    cr_assert_eq(json_number(r.out, "skipped_ops"), 0);
+    cr_assert_eq(json_number(r.out, "overlaps"), 0);
+    cr_assert_eq(json_number(r.out, "corruptions"), 0);
+    cr_assert_eq(json_number(r.out, "granule_bytes"), G);
+    /* a's 3 granules and x's and y's, all live after "alloc y". */
+    cr_assert_eq(json_number(r.out, "peak_owned_bytes"), 5 * G);
+    cr_assert_eq(json_number(r.out, "peak_mapped_bytes"), 6 * G); /* plus b's alias */
+    cr_assert_eq(json_number(r.out, "final_owned_bytes"), 0);
+    cr_assert_eq(json_number(r.out, "final_mapped_bytes"), 0);
+    cr_assert_eq(json_number(r.out, "quarantined_bytes"), 0);
+    cr_assert(json_true(r.out, "ledger_balanced"));
+    /* Backend calls: 2 regions + the arena's; one map per granule, one
+     * set-access per run, one unmap per run (a's destroy: 2 runs). */
+    cr_assert_eq(json_number(r.out, "reserve"), 3);
+    cr_assert_eq(json_number(r.out, "unreserve"), 3);
+    cr_assert_eq(json_number(r.out, "create"), 5);
+    cr_assert_eq(json_number(r.out, "release"), 5);
+    cr_assert_eq(json_number(r.out, "map"), 6);
+    cr_assert_eq(json_number(r.out, "set_access"), 5);
+    cr_assert_eq(json_number(r.out, "unmap"), 6);
+    /* What was read back: both allocations, b's alias against a. */
+    cr_assert_eq(json_number(r.out, "checked_allocations"), 2);
+    cr_assert_eq(json_number(r.out, "checked_shares"), 1);
+    cr_assert_eq(json_number(r.out, "live_regions_at_end"), 0);
+    run_result_free(&r);
+}
+
+Test(trace, replay_of_the_bundled_minimal_trace_is_clean)
+{
+    const char *args[] = {bundled_trace("minimal.trace"), "--json", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert_eq(json_number(r.out, "ops"), 12);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 0);
+    cr_assert_eq(json_number(r.out, "checked_shares"), 1);
+    cr_assert(json_true(r.out, "ledger_balanced"));
+    run_result_free(&r);
+}
+
+Test(trace, malformed_line_is_named_and_nothing_runs)
+{
+    const char *path = tmp_path("bad.trace"), *record = tmp_path("bad-run.trace");
+    write_file(path, "region a 1MiB\n"
+                     "commit a 0 64KiB\n"
+                     "commit a zero 64KiB\n"
+                     "destroy a\n");
+    const char *args[] = {path, "--json", NULL};
+    run_result r = replay(record, args);
+    cr_assert_eq(r.status, 2, "exit %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "line 3: offset 'zero' is not a byte count") != NULL, "stderr: %s",
+              r.err);
+    cr_assert(strstr(r.err, "line 1") == NULL && strstr(r.err, "line 2") == NULL &&
+                  strstr(r.err, "line 4") == NULL,
+              "only line 3 is bad: %s", r.err);
+    cr_assert(strstr(r.err, "nothing was replayed") != NULL, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "", "no report on stdout: %s", r.out);
+    /* The child recorded every library operation it made: none. */
+    char *recorded = read_file(record);
+    cr_assert_str_eq(recorded, "# ortmem trace v1: replay with ortmem-replay\n");
+    free(recorded);
+    run_result_free(&r);
+}
+
+Test(trace, bad_options_are_usage_errors)
+{
+    const char *path = tmp_path("ok.trace");
+    write_file(path, "region a 64KiB\n");
+    const char *const cases[][4] = {
+        {path, "--fault", "mapp:1", NULL}, {path, "--fault", "map:0", NULL},
+        {path, "--granule", "3KiB", NULL}, {path, "--fault-rate", "1.5", NULL},
+        {path, "--backend", "tpu", NULL},  {tmp_path("missing.trace"), NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_result r = replay(NULL, cases[i]);
+        cr_assert_eq(r.status, 2, "case %zu: exit %d\n%s", i, r.status, r.err);
+        cr_assert_str_eq(r.out, "", "case %zu", i);
+        cr_assert(strstr(r.err, "ortmem-replay: ") == r.err, "case %zu: %s", i, r.err);
+        run_result_free(&r);
+    }
+}
+
+Test(trace, injected_map_failure_is_reported_and_the_ledger_balances)
+{
+    const char *path = tmp_path("fault.trace");
+    write_file(path, "region a 256KiB\n"
+                     "commit a 0 128KiB\n" /* line 2: its first map fails */
+                     "region b 128KiB\n"
+                     "share b 0 a 0 64KiB\n" /* needs a's granule: skipped */
+                     "commit a 0 128KiB\n"   /* the retry succeeds */
+                     "alloc x 1000\n"
+                     "free x\n"
+                     "destroy b\n"
+                     "destroy a\n");
+    const char *args[] = {path, "--json", "--granule", "64KiB", "--fault", "map:1", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert_eq(json_number(r.out, "ops"), 9);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 1);
+    cr_assert_eq(json_number(r.out, "skipped_ops"), 1);
+    cr_assert_eq(json_number(r.out, "teardown_failures"), 0);
+    cr_assert(strstr(r.out, "\"fault\": {\"op\": \"map\", \"fail_at\": 1") != NULL, "%s", r.out);
+    /* The failure names its line, status and the library's detail. */
+    const char *failures = strstr(r.out, "\"failures\": [");
+    cr_assert_not_null(failures);
+    cr_assert_eq(json_number(failures, "line"), 2);
+    cr_assert(strstr(failures, "\"status\": \"ORTMEM_E_BACKEND\"") != NULL, "%s", failures);
+    cr_assert(strstr(failures, "fault injected into map") != NULL, "%s", failures);
+    cr_assert_eq(json_number(r.out, "map"), 4); /* 1 failed, 2 for the retry, 1 for x */
+    cr_assert_eq(json_number(strstr(r.out, "\"call_failures\""), "map"), 1);
+    cr_assert(json_true(r.out, "ledger_balanced"), "%s", r.out);
+    cr_assert_eq(json_number(r.out, "final_owned_bytes"), 0);
+    cr_assert_eq(json_number(r.out, "final_mapped_bytes"), 0);
+    cr_assert_eq(json_number(r.out, "overlaps"), 0);
+    cr_assert_eq(json_number(r.out, "corruptions"), 0);
+    run_result_free(&r);
+}
+
+/* Counts the operation lines (not comments) of a trace text. */
+static size_t op_lines(const char *text)
+{
+    size_t n = 0;
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+        if (*l != '#' && *l != '\n')
+            n++;
+    }
+    return n;
+}
+
+Test(trace, workload_recorded_in_process_replays_without_failures)
+{
+    const char *path = tmp_path("workload.trace");
+    ortmem_backend *b = test_backend();
+    OK(ortmem_trace_start(path));
+    ortmem_region *prefix = region_on(b, 8 * G, 0);
+    OK(ortmem_region_commit(prefix, 0, 2 * G));
+    ortmem_region *seqs[3];
+    for (int i = 0; i < 3; i++) {
+        seqs[i] = region_on(b, 16 * G, 0);
+        OK(ortmem_region_share(seqs[i], 0, prefix, 0, 2 * G, ORTMEM_ACCESS_READ));
+        for (size_t t = 0; t < (size_t)(i + 2); t++)
+            OK(ortmem_region_commit(seqs[i], 2 * G + t * (G / 2), G / 2));
+    }
+    ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    opt.capacity = 64 * G;
+    ortmem_arena *arena = NULL;
+    OK(ortmem_arena_create(b, &opt, &arena));
+    void *live[8];
+    for (int i = 0; i < 8; i++)
+        OK(ortmem_arena_alloc(arena, (size_t)(i + 1) * 5000, (size_t)256 << (i % 4), &live[i]));
+    for (int i = 0; i < 8; i += 2)
+        OK(ortmem_arena_free(arena, live[i]));
+    OK(ortmem_region_decommit(seqs[1], 2 * G, 14 * G));
+    OK(ortmem_region_destroy(seqs[0]));
+    OK(ortmem_trace_stop());
+    /* Still live when recording stopped: the replay tears these down. */
+    OK(ortmem_arena_destroy(arena, 1));
+    for (int i = 1; i < 3; i++)
+        OK(ortmem_region_destroy(seqs[i]));
+    OK(ortmem_region_destroy(prefix));
+    OK(ortmem_backend_destroy(b));
+
+    char *text = read_file(path);
+    size_t ops = op_lines(text);
+    cr_assert_eq(ops, 1 + 1 + 3 * 2 + (2 + 3 + 4) + 8 + 4 + 1 + 1, "%zu ops:\n%s", ops, text);
+    free(text);
+    const char *args[] = {path, "--json", "--granule", "64KiB", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert_eq(json_number(r.out, "ops"), ops);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 0);
+    cr_assert_eq(json_number(r.out, "skipped_ops"), 0);
+    cr_assert_eq(json_number(r.out, "checked_shares"), 3 * 2);
+    cr_assert_eq(json_number(r.out, "live_allocations_at_end"), 4);
+    cr_assert_eq(json_number(r.out, "live_regions_at_end"), 3);
+    cr_assert(json_true(r.out, "ledger_balanced"));
+    run_result_free(&r);
+}
+
+Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
+{
+    /* The replay tool is itself a workload: ORTMEM_TRACE records what it
+     * does to the library, teardown included, and that trace replays too. */
+    const char *path = tmp_path("good.trace"), *record = tmp_path("recorded.trace");
+    write_file(path, good_trace);
+    const char *first_args[] = {path, "--json", "--granule", "64KiB", NULL};
+    run_result first = replay(record, first_args);
+    cr_assert_eq(first.status, 0, "exit %d\n%s", first.status, first.err);
+    run_result_free(&first);
+
+    char *text = read_file(record);
+    cr_assert(strncmp(text, "# ortmem trace v1", 17) == 0, "%s", text);
+    cr_assert(strstr(text, "\nshare r") != NULL, "%s", text);
+    cr_assert(strstr(text, "\nalloc p") != NULL, "%s", text);
+    size_t ops = op_lines(text);
+    cr_assert_eq(ops, 12, "the 12 ops of good_trace, recorded:\n%s", text);
+    free(text);
+    const char *args[] = {record, "--json", "--granule", "64KiB", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert_eq(json_number(r.out, "ops"), 12);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 0);
+    cr_assert_eq(json_number(r.out, "skipped_ops"), 0);
+    cr_assert_eq(json_number(r.out, "overlaps"), 0);
+    cr_assert_eq(json_number(r.out, "corruptions"), 0);
+    cr_assert(json_true(r.out, "ledger_balanced"));
+    run_result_free(&r);
+}

@@ -1,0 +1,218 @@
+/* ortmem-replay: command line. Exit status 0 when the replay proved nothing
+ * wrong, 1 when it found an overlap, a corruption or an unbalanced ledger, 2
+ * for usage, parse and setup errors (then nothing was replayed). */
+#include "replay.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_FOUND_PROBLEMS 1
+#define EXIT_USAGE 2
+
+static const char usage[] =
+    "usage: ortmem-replay TRACE [options]      (TRACE '-' reads standard input)\n"
+    "\n"
+    "Replays an allocation trace through ortmem, checking every byte it makes live,\n"
+    "and reports operations, failures, the ledger and backend calls.\n"
+    "\n"
+    "  --backend cpu          backend to run on (cpu is the only one on every machine)\n"
+    "  --granule BYTES        backend granule, a power of two (default: the backend's, 2 MiB)\n"
+    "  --pool BYTES           physical pool cap (ortmem_pool_set_cap; default 0)\n"
+    "  --fault OP[:N]         wrap the backend with fault injection: fail the Nth OP call\n"
+    "                         (OP: reserve unreserve create release map unmap set_access\n"
+    "                         export import copy any)\n"
+    "  --fault-rate P         fail each OP call (any, without --fault) with probability P\n"
+    "  --seed S               seed for --fault-rate (default 1)\n"
+    "  --arena-capacity BYTES VA of the arena that alloc lines use (default: from the trace)\n"
+    "  --arena-cache BYTES    empty arena granules kept committed (default 64 MiB)\n"
+    "  --json                 print one JSON object instead of the table\n"
+    "  --progress             progress lines on stderr (default when stderr is a terminal)\n"
+    "  --no-progress          none\n"
+    "  -h, --help             this text\n"
+    "\n"
+    "Sizes take K/KiB, M/MiB, G/GiB suffixes. Exit status: 0 clean, 1 overlaps,\n"
+    "corruptions or an unbalanced ledger, 2 usage or trace errors. Trace format:\n"
+    "tools/replay/README.md.\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("ortmem-replay: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n(ortmem-replay --help for usage)\n", stderr);
+    return EXIT_USAGE;
+}
+
+static bool parse_u64(const char *text, uint64_t *out)
+{
+    if (!text || *text < '0' || *text > '9')
+        return false;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_size_t(const char *text, size_t *out)
+{
+    uint64_t v;
+    if (!replay_parse_size(text, &v) || v > SIZE_MAX)
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+/* "map:3" or "map". */
+static bool parse_fault(const char *text, ortmem_fault_options *fault)
+{
+    char name[32];
+    const char *colon = strchr(text, ':');
+    size_t len = colon ? (size_t)(colon - text) : strlen(text);
+    if (len == 0 || len >= sizeof name)
+        return false;
+    memcpy(name, text, len);
+    name[len] = '\0';
+    if (ortmem_backend_op_parse(name, &fault->op) != ORTMEM_OK)
+        return false;
+    fault->fail_at = 0;
+    if (colon && (!parse_u64(colon + 1, &fault->fail_at) || fault->fail_at == 0))
+        return false;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    replay_config config = {.arena_cache = (size_t)64 << 20, .progress = isatty(2) != 0};
+    ortmem_fault_options fault = ORTMEM_FAULT_OPTIONS_INIT;
+    const char *trace_path = NULL;
+    bool json = false, fault_op_given = false, rate_given = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        bool is_operand = arg[0] != '-' || strcmp(arg, "-") == 0;
+        if (strcmp(arg, "--") == 0) {
+            /* The argument after "--" is the trace, even if it starts with '-'. */
+            if (i + 1 >= argc)
+                return usage_error("%s", "'--' must be followed by the trace");
+            arg = argv[++i];
+            is_operand = true;
+        } else if (!is_operand && arg[1] != '-') {
+            return usage_error("unknown option '%s'", arg);
+        }
+        if (is_operand) {
+            if (trace_path)
+                return usage_error("one trace at a time ('%s' is a second one)", arg);
+            trace_path = arg;
+            continue;
+        }
+        /* --name VALUE or --name=VALUE */
+        char name[32];
+        const char *value = NULL;
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (name_len >= sizeof name)
+            return usage_error("unknown option '%s'", arg);
+        memcpy(name, arg, name_len);
+        name[name_len] = '\0';
+        bool is_flag = strcmp(name, "--json") == 0 || strcmp(name, "--progress") == 0 ||
+                       strcmp(name, "--no-progress") == 0;
+        if (is_flag) {
+            if (eq)
+                return usage_error("'%s' takes no value", name);
+        } else if (eq) {
+            value = eq + 1;
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            return usage_error("'%s' needs a value", name);
+        }
+
+        if (strcmp(name, "--json") == 0) {
+            json = true;
+        } else if (strcmp(name, "--progress") == 0) {
+            config.progress = true;
+        } else if (strcmp(name, "--no-progress") == 0) {
+            config.progress = false;
+        } else if (strcmp(name, "--backend") == 0) {
+            if (strcmp(value, "cpu") != 0)
+                return usage_error("backend '%s' is not available (cpu is)", value);
+        } else if (strcmp(name, "--granule") == 0) {
+            if (!parse_size_t(value, &config.granule) || config.granule == 0 ||
+                (config.granule & (config.granule - 1)))
+                return usage_error("--granule '%s' is not a power-of-two byte count", value);
+        } else if (strcmp(name, "--pool") == 0) {
+            if (!parse_size_t(value, &config.pool_cap))
+                return usage_error("--pool '%s' is not a byte count", value);
+        } else if (strcmp(name, "--arena-capacity") == 0) {
+            if (!parse_size_t(value, &config.arena_capacity) || config.arena_capacity == 0)
+                return usage_error("--arena-capacity '%s' is not a byte count above 0", value);
+        } else if (strcmp(name, "--arena-cache") == 0) {
+            if (!parse_size_t(value, &config.arena_cache))
+                return usage_error("--arena-cache '%s' is not a byte count", value);
+        } else if (strcmp(name, "--fault") == 0) {
+            if (!parse_fault(value, &fault))
+                return usage_error("--fault '%s' is not OP or OP:N with N >= 1 (OP: reserve, "
+                                   "unreserve, create, release, map, unmap, set_access, "
+                                   "export, import, copy, any)",
+                                   value);
+            fault_op_given = true;
+        } else if (strcmp(name, "--fault-rate") == 0) {
+            char *end = NULL;
+            errno = 0;
+            double p = strtod(value, &end);
+            if (errno || end == value || *end || !(p >= 0.0 && p <= 1.0))
+                return usage_error("--fault-rate '%s' is not a probability in [0, 1]", value);
+            fault.probability = p;
+            rate_given = true;
+        } else if (strcmp(name, "--seed") == 0) {
+            if (!parse_u64(value, &fault.seed))
+                return usage_error("--seed '%s' is not an unsigned integer", value);
+        } else {
+            return usage_error("unknown option '%s'", name);
+        }
+    }
+    if (!trace_path)
+        return usage_error("%s", "no trace given: ortmem-replay TRACE [options]");
+    if (fault_op_given || rate_given) {
+        config.fault = true;
+        config.fault_options = fault;
+    }
+
+    struct timespec start, stop;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    replay_trace trace;
+    if (!replay_trace_load(trace_path, stderr, 20, &trace))
+        return EXIT_USAGE;
+    clock_gettime(CLOCK_MONOTONIC, &stop);
+
+    replay_result result;
+    memset(&result, 0, sizeof result);
+    result.parse_seconds =
+        (double)(stop.tv_sec - start.tv_sec) + (double)(stop.tv_nsec - start.tv_nsec) / 1e9;
+    if (!replay_run(&trace, &config, &result, stderr)) {
+        replay_trace_free(&trace);
+        return EXIT_USAGE;
+    }
+    if (json)
+        replay_report_json(stdout, trace_path, &trace, &config, &result);
+    else
+        replay_report_text(stdout, trace_path, &trace, &config, &result);
+    int status = replay_result_clean(&result) ? 0 : EXIT_FOUND_PROBLEMS;
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "ortmem-replay: writing the report failed: %s\n", strerror(errno));
+        status = EXIT_USAGE;
+    }
+    replay_result_free(&result);
+    replay_trace_free(&trace);
+    return status;
+}

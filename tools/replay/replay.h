@@ -1,0 +1,147 @@
+/* ortmem-replay: replays an allocation trace against the public API.
+ *
+ * Three stages, one file each: trace.c parses and validates the whole trace
+ * (nothing runs if a line is bad), run.c executes it while checking every byte
+ * it can, report.c prints the result as a table or as one JSON object. */
+#ifndef ORTMEM_REPLAY_H
+#define ORTMEM_REPLAY_H
+
+#include <ortmem/ortmem.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- the parsed trace ---- */
+
+typedef enum replay_kind {
+    REPLAY_ALLOC = 0,
+    REPLAY_FREE,
+    REPLAY_REGION,
+    REPLAY_COMMIT,
+    REPLAY_DECOMMIT,
+    REPLAY_SHARE,
+    REPLAY_DESTROY,
+    REPLAY_KIND_COUNT
+} replay_kind;
+
+/* "alloc", "free", ... as written in a trace. */
+const char *replay_kind_name(replay_kind kind);
+
+/* One line of work. Objects are numbered per creation (an ID reused after its
+ * free or destroy names a new object), so the run never looks names up. */
+typedef struct replay_op {
+    uint8_t kind;    /* replay_kind */
+    uint8_t access;  /* share: ortmem_access of the alias */
+    uint32_t line;   /* 1-based line in the trace file */
+    uint32_t object; /* the allocation or region acted on (share: destination) */
+    uint32_t source; /* share: the source region */
+    /* alloc: size, align; region: size; commit, decommit: offset, length;
+     * share: destination offset, source offset, length. */
+    uint64_t arg[3];
+} replay_op;
+
+typedef struct replay_object {
+    size_t name;   /* offset of the NUL-terminated ID in replay_trace.names */
+    uint32_t line; /* the line that created it */
+    bool is_region;
+} replay_object;
+
+typedef struct replay_trace {
+    replay_op *ops;
+    size_t op_count;
+    replay_object *objects;
+    size_t object_count;
+    char *names; /* every distinct ID once, NUL-terminated */
+    size_t names_len;
+    size_t kind_counts[REPLAY_KIND_COUNT];
+    /* For sizing the arena: peak of live allocation bytes (each rounded up to
+     * its alignment) and the largest single request plus its alignment. */
+    uint64_t alloc_peak_bytes;
+    uint64_t alloc_largest_bytes;
+} replay_trace;
+
+/* Parses a byte count: decimal digits with an optional K/KiB, M/MiB, G/GiB or
+ * T/TiB suffix (any case). Returns false on anything else or on overflow. */
+bool replay_parse_size(const char *text, uint64_t *bytes);
+
+/* Reads and validates a whole trace. On failure writes one message per bad
+ * line (at most max_errors, naming path and line) to err and returns false;
+ * *trace is then empty. */
+bool replay_trace_load(const char *path, FILE *err, size_t max_errors, replay_trace *trace);
+void replay_trace_free(replay_trace *trace);
+
+const char *replay_object_name(const replay_trace *trace, uint32_t object);
+
+/* Writes the op as its trace line would read ("commit r3 0 2097152"). */
+void replay_op_format(const replay_trace *trace, const replay_op *op, char *buf, size_t size);
+
+/* ---- running it ---- */
+
+typedef struct replay_config {
+    size_t granule;  /* CPU backend granule; 0 = the backend's default */
+    size_t pool_cap; /* ortmem_pool_set_cap */
+    bool fault;      /* wrap the backend with the fault injector */
+    ortmem_fault_options fault_options;
+    size_t arena_capacity; /* 0 = derived from the trace */
+    size_t arena_cache;    /* ortmem_arena_options.cache_bytes */
+    bool progress;         /* a line on stderr every 10% */
+} replay_config;
+
+/* A failed operation, as the report lists it. */
+typedef struct replay_failure {
+    uint32_t line;  /* 0 for teardown at the end of the replay */
+    char what[160]; /* the op as written, or what teardown was doing */
+    ortmem_status status;
+    char detail[512]; /* ortmem_last_error() right after the failure */
+} replay_failure;
+
+/* The first failed ops are kept, and teardown's failures after them. */
+#define REPLAY_FAILURES_KEPT 100
+#define REPLAY_TEARDOWN_FAILURES_KEPT 20
+
+typedef struct replay_result {
+    char backend_name[64];
+    size_t granule;
+    size_t arena_capacity;
+    uint64_t executed[REPLAY_KIND_COUNT];
+    uint64_t failed[REPLAY_KIND_COUNT];
+    uint64_t skipped[REPLAY_KIND_COUNT]; /* depended on a failed op */
+    uint64_t failed_ops, skipped_ops, teardown_failures;
+    /* Correctness checks; each must stay 0. */
+    uint64_t overlaps;    /* live allocations (or regions) whose bytes overlapped */
+    uint64_t corruptions; /* pattern checks that failed */
+    uint64_t misplaced;   /* allocations misaligned or outside the arena */
+    /* What was checked. */
+    uint64_t checked_allocations, checked_granules, checked_shares;
+    uint64_t checked_bytes;
+    /* The ledger of the backend regions and the arena ran on. */
+    ortmem_vmm_stats at_trace_end; /* after the last op, before teardown */
+    ortmem_vmm_stats final;        /* after teardown and an emptied pool */
+    uint64_t live_allocations_at_end, live_regions_at_end;
+    bool ledger_balanced;     /* final owned and mapped equal what is quarantined */
+    replay_failure *failures; /* op failures first, then teardown's (line 0) */
+    size_t failures_kept;
+    double parse_seconds, run_seconds, teardown_seconds;
+} replay_result;
+
+/* Runs the trace. Returns false (with a message on err) only when the replay
+ * could not start, e.g. the backend could not be created. */
+bool replay_run(const replay_trace *trace, const replay_config *config, replay_result *result,
+                FILE *err);
+void replay_result_free(replay_result *result);
+
+/* True when the replay proved nothing wrong: exit status 0. */
+bool replay_result_clean(const replay_result *result);
+
+/* ---- reporting ---- */
+
+void replay_report_text(FILE *out, const char *trace_path, const replay_trace *trace,
+                        const replay_config *config, const replay_result *result);
+void replay_report_json(FILE *out, const char *trace_path, const replay_trace *trace,
+                        const replay_config *config, const replay_result *result);
+
+/* Writes s as a JSON string literal, quotes included; invalid UTF-8 becomes U+FFFD. */
+void replay_json_string(FILE *out, const char *s);
+
+#endif
