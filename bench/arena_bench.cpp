@@ -1,0 +1,339 @@
+// Scenario 2: the ortmem arena against glibc malloc and jemalloc on one
+// deterministic trace of mixed sizes (256 B to 4 MiB) with interleaved frees,
+// shaped like the activations of an inference step. Every variant replays the
+// same trace and writes the first byte of each allocation.
+#include "harness.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ortmem_bench {
+
+namespace {
+
+// One step of the trace: allocate `size` bytes into `slot`, or free `slot`
+// when size is 0.
+struct TraceStep {
+    uint32_t slot;
+    uint32_t size;
+};
+
+struct Trace {
+    std::vector<TraceStep> steps;
+    uint32_t slot_count = 0;
+    uint64_t allocations = 0;
+    uint64_t peak_live_bytes = 0;
+};
+
+// splitmix64: a fixed seed gives the same trace on every machine and run.
+class SplitMix64 {
+  public:
+    explicit SplitMix64(uint64_t seed) : state_(seed) {}
+    uint64_t next()
+    {
+        uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    uint64_t below(uint64_t bound) { return next() % bound; }
+
+  private:
+    uint64_t state_;
+};
+
+constexpr int kTraceAllocations = 2048;
+constexpr size_t kMaxLiveAllocations = 48;
+constexpr unsigned kSmallestOctave = 8;  // 256 B
+constexpr unsigned kLargestOctave = 21;  // sizes up to 4 MiB - 1
+
+Trace make_activation_trace()
+{
+    Trace trace;
+    SplitMix64 rng(0x6f72746d656d0001ull);
+    std::vector<std::pair<uint32_t, uint32_t>> live; // (slot, size), oldest first
+    std::vector<uint32_t> free_slots;
+    uint64_t live_bytes = 0;
+
+    auto free_at = [&](size_t index) {
+        auto [slot, size] = live[index];
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
+        live_bytes -= size;
+        free_slots.push_back(slot);
+        trace.steps.push_back({slot, 0});
+    };
+
+    for (int i = 0; i < kTraceAllocations; i++) {
+        // Log-uniform over octaves: as many 256 B norms as 2 MiB logits.
+        unsigned octave = kSmallestOctave +
+                          static_cast<unsigned>(rng.below(kLargestOctave - kSmallestOctave + 1));
+        uint32_t size = (1u << octave) + static_cast<uint32_t>(rng.below(1u << octave));
+        uint32_t slot;
+        if (free_slots.empty()) {
+            slot = trace.slot_count++;
+        } else {
+            slot = free_slots.back();
+            free_slots.pop_back();
+        }
+        trace.steps.push_back({slot, size});
+        trace.allocations++;
+        live.emplace_back(slot, size);
+        live_bytes += size;
+        if (live_bytes > trace.peak_live_bytes)
+            trace.peak_live_bytes = live_bytes;
+
+        // Then 0-2 frees, one on average: mostly the newest block (scratch),
+        // sometimes the oldest (a consumed input), sometimes any.
+        size_t frees = live.size() >= kMaxLiveAllocations ? 2 : rng.below(3);
+        for (size_t f = 0; f < frees && !live.empty(); f++) {
+            uint64_t pick = rng.below(4);
+            size_t index = pick < 2    ? live.size() - 1
+                           : pick == 2 ? 0
+                                       : static_cast<size_t>(rng.below(live.size()));
+            free_at(index);
+        }
+    }
+    // The step ends with everything freed, so every replay starts empty.
+    while (!live.empty())
+        free_at(static_cast<size_t>(rng.below(live.size())));
+    return trace;
+}
+
+const Trace &activation_trace()
+{
+    static const Trace trace = make_activation_trace();
+    return trace;
+}
+
+// Replays the trace; false at the first allocation or free the allocator
+// refuses (the allocator keeps the reason).
+template <class Allocator>
+bool replay(const Trace &trace, Allocator &allocator, std::vector<void *> &slots)
+{
+    for (const TraceStep &step : trace.steps) {
+        if (step.size) {
+            void *ptr = allocator.allocate(step.size);
+            if (!ptr)
+                return false;
+            touch_first_byte(ptr);
+            slots[step.slot] = ptr;
+        } else {
+            if (!allocator.deallocate(slots[step.slot]))
+                return false;
+            slots[step.slot] = nullptr;
+        }
+    }
+    return true;
+}
+
+// Frees what a failed replay left behind.
+template <class Allocator>
+void free_leftovers(Allocator &allocator, std::vector<void *> &slots)
+{
+    for (void *&ptr : slots) {
+        if (ptr)
+            (void)allocator.deallocate(ptr);
+        ptr = nullptr;
+    }
+}
+
+void report_trace_counters(benchmark::State &state, const Trace &trace)
+{
+    state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(trace.steps.size()));
+    state.counters["trace_allocations"] = static_cast<double>(trace.allocations);
+    state.counters["trace_peak_live_bytes"] = static_cast<double>(trace.peak_live_bytes);
+}
+
+// Times the trace with one untimed replay first, so every allocator is
+// measured warm (heap grown, granules pooled or cached where configured).
+// after_warm_up runs between the two, untimed (ledger snapshots).
+template <class Allocator, class AfterWarmUp>
+bool time_trace(benchmark::State &state, Allocator &allocator, AfterWarmUp &&after_warm_up)
+{
+    const Trace &trace = activation_trace();
+    std::vector<void *> slots(trace.slot_count, nullptr);
+    if (!replay(trace, allocator, slots)) {
+        allocator.skip(state, "warm-up replay");
+        free_leftovers(allocator, slots);
+        return false;
+    }
+    after_warm_up();
+    uint64_t faults_before = process_page_faults();
+    for (auto _ : state) {
+        if (!replay(trace, allocator, slots)) {
+            allocator.skip(state, "replay");
+            free_leftovers(allocator, slots);
+            return false;
+        }
+    }
+    report_page_faults(state, faults_before);
+    report_trace_counters(state, trace);
+    return true;
+}
+
+template <class Allocator>
+bool time_trace(benchmark::State &state, Allocator &allocator)
+{
+    return time_trace(state, allocator, [] {});
+}
+
+struct GlibcMalloc {
+    void *allocate(size_t size) { return std::malloc(size); }
+    bool deallocate(void *ptr)
+    {
+        std::free(ptr);
+        return true;
+    }
+    void skip(benchmark::State &state, const char *when)
+    {
+        state.SkipWithError((std::string("glibc malloc returned NULL during ") + when).c_str());
+    }
+};
+
+struct Jemalloc {
+    using mallocx_fn = void *(*)(size_t, int);
+    using dallocx_fn = void (*)(void *, int);
+    mallocx_fn mallocx = nullptr;
+    dallocx_fn dallocx = nullptr;
+
+    void *allocate(size_t size) { return mallocx(size, 0); }
+    bool deallocate(void *ptr)
+    {
+        dallocx(ptr, 0);
+        return true;
+    }
+    void skip(benchmark::State &state, const char *when)
+    {
+        state.SkipWithError((std::string("jemalloc mallocx returned NULL during ") + when).c_str());
+    }
+};
+
+struct OrtmemArena {
+    ortmem_arena *arena = nullptr;
+    ortmem_status status = ORTMEM_OK;
+    const char *failed_call = "";
+
+    void *allocate(size_t size)
+    {
+        void *ptr = nullptr;
+        status = ortmem_arena_alloc(arena, size, 0, &ptr);
+        failed_call = "ortmem_arena_alloc";
+        return status == ORTMEM_OK ? ptr : nullptr;
+    }
+    bool deallocate(void *ptr)
+    {
+        status = ortmem_arena_free(arena, ptr);
+        failed_call = "ortmem_arena_free";
+        return status == ORTMEM_OK;
+    }
+    void skip(benchmark::State &state, const char *when)
+    {
+        std::string call = std::string(failed_call) + " (" + when + ")";
+        (void)ok_or_skip(state, status, call.c_str());
+    }
+};
+
+void glibc_malloc_trace(benchmark::State &state)
+{
+    GlibcMalloc allocator;
+    (void)time_trace(state, allocator);
+}
+
+void jemalloc_trace(benchmark::State &state)
+{
+    void *handle = jemalloc_handle();
+    if (!handle) {
+        state.SkipWithError(("jemalloc baseline skipped: " + jemalloc_missing_reason()).c_str());
+        return;
+    }
+    Jemalloc allocator;
+    allocator.mallocx = reinterpret_cast<Jemalloc::mallocx_fn>(dlsym(handle, "mallocx"));
+    allocator.dallocx = reinterpret_cast<Jemalloc::dallocx_fn>(dlsym(handle, "dallocx"));
+    if (!allocator.mallocx || !allocator.dallocx) {
+        state.SkipWithError("jemalloc baseline skipped: libjemalloc.so.2 lacks mallocx/dallocx");
+        return;
+    }
+    (void)time_trace(state, allocator);
+}
+
+struct ArenaVariant {
+    const char *name;
+    size_t pool_cap_bytes;    // granules the backend keeps after decommit
+    size_t arena_cache_bytes; // empty granules the arena keeps committed
+};
+
+constexpr size_t kArenaCapacity = 4096 * MiB; // VA only; room for fragmentation
+constexpr size_t kGenerousCache = 1024 * MiB; // far above the trace's peak
+
+void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
+{
+    ortmem_backend *raw_backend = nullptr;
+    if (!ok_or_skip(state, ortmem_cpu_backend_create(nullptr, &raw_backend),
+                    "ortmem_cpu_backend_create"))
+        return;
+    BackendPtr backend(raw_backend);
+    if (!ok_or_skip(state, ortmem_pool_set_cap(backend.get(), variant.pool_cap_bytes),
+                    "ortmem_pool_set_cap"))
+        return;
+    ortmem_arena_options options = ORTMEM_ARENA_OPTIONS_INIT;
+    options.capacity = kArenaCapacity;
+    options.cache_bytes = variant.arena_cache_bytes;
+    ortmem_arena *raw_arena = nullptr;
+    if (!ok_or_skip(state, ortmem_arena_create(backend.get(), &options, &raw_arena),
+                    "ortmem_arena_create"))
+        return;
+    ArenaPtr arena(raw_arena);
+
+    OrtmemArena allocator;
+    allocator.arena = arena.get();
+    ortmem_vmm_stats calls_before{};
+    if (!time_trace(state, allocator, [&] { calls_before = backend_stats(backend.get()); }))
+        return;
+    ortmem_vmm_stats calls_after = backend_stats(backend.get());
+    report_backend_calls(state, calls_before, calls_after,
+                         static_cast<double>(state.iterations()));
+
+    ortmem_arena_stats arena_stats{};
+    arena_stats.struct_size = sizeof arena_stats;
+    if (ortmem_arena_stats_get(arena.get(), &arena_stats) == ORTMEM_OK) {
+        state.counters["committed_peak_bytes"] =
+            static_cast<double>(arena_stats.committed_peak_bytes);
+        state.counters["allocated_peak_bytes"] =
+            static_cast<double>(arena_stats.allocated_peak_bytes);
+        state.counters["cached_bytes_after"] = static_cast<double>(arena_stats.cached_bytes);
+        state.counters["live_allocations_after"] =
+            static_cast<double>(arena_stats.live_allocations);
+    }
+    state.counters["owned_peak_bytes"] = static_cast<double>(calls_after.owned_peak_bytes);
+}
+
+} // namespace
+
+void register_arena_benchmarks()
+{
+    const std::string scenario = "arena_mixed_trace/";
+    const ArenaVariant variants[] = {
+        {"ortmem_arena", 0, 0},
+        {"ortmem_arena_pooled", kGenerousCache, 0},
+        {"ortmem_arena_cached", 0, kGenerousCache},
+    };
+    for (const ArenaVariant &variant : variants) {
+        benchmark::RegisterBenchmark((scenario + variant.name).c_str(), ortmem_arena_trace,
+                                     variant)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+    }
+    benchmark::RegisterBenchmark((scenario + "baseline_glibc_malloc").c_str(),
+                                 glibc_malloc_trace)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((scenario + "baseline_jemalloc").c_str(), jemalloc_trace)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+}
+
+} // namespace ortmem_bench
