@@ -11,9 +11,11 @@
 #include <utility>
 #include <vector>
 
-namespace ortmem_bench {
+namespace ortmem_bench
+{
 
-namespace {
+namespace
+{
 
 // One step of the trace: allocate `size` bytes into `slot`, or free `slot`
 // when size is 0.
@@ -30,9 +32,12 @@ struct Trace {
 };
 
 // splitmix64: a fixed seed gives the same trace on every machine and run.
-class SplitMix64 {
+class SplitMix64
+{
   public:
-    explicit SplitMix64(uint64_t seed) : state_(seed) {}
+    explicit SplitMix64(uint64_t seed) : state_(seed)
+    {
+    }
     uint64_t next()
     {
         uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
@@ -40,7 +45,10 @@ class SplitMix64 {
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         return z ^ (z >> 31);
     }
-    uint64_t below(uint64_t bound) { return next() % bound; }
+    uint64_t below(uint64_t bound)
+    {
+        return next() % bound;
+    }
 
   private:
     uint64_t state_;
@@ -48,8 +56,8 @@ class SplitMix64 {
 
 constexpr int kTraceAllocations = 2048;
 constexpr size_t kMaxLiveAllocations = 48;
-constexpr unsigned kSmallestOctave = 8;  // 256 B
-constexpr unsigned kLargestOctave = 21;  // sizes up to 4 MiB - 1
+constexpr unsigned kSmallestOctave = 8; // 256 B
+constexpr unsigned kLargestOctave = 21; // sizes up to 4 MiB - 1
 
 Trace make_activation_trace()
 {
@@ -131,8 +139,7 @@ bool replay(const Trace &trace, Allocator &allocator, std::vector<void *> &slots
 }
 
 // Frees what a failed replay left behind.
-template <class Allocator>
-void free_leftovers(Allocator &allocator, std::vector<void *> &slots)
+template <class Allocator> void free_leftovers(Allocator &allocator, std::vector<void *> &slots)
 {
     for (void *&ptr : slots) {
         if (ptr)
@@ -175,14 +182,16 @@ bool time_trace(benchmark::State &state, Allocator &allocator, AfterWarmUp &&aft
     return true;
 }
 
-template <class Allocator>
-bool time_trace(benchmark::State &state, Allocator &allocator)
+template <class Allocator> bool time_trace(benchmark::State &state, Allocator &allocator)
 {
     return time_trace(state, allocator, [] {});
 }
 
 struct GlibcMalloc {
-    void *allocate(size_t size) { return std::malloc(size); }
+    void *allocate(size_t size)
+    {
+        return std::malloc(size);
+    }
     bool deallocate(void *ptr)
     {
         std::free(ptr);
@@ -200,7 +209,10 @@ struct Jemalloc {
     mallocx_fn mallocx = nullptr;
     dallocx_fn dallocx = nullptr;
 
-    void *allocate(size_t size) { return mallocx(size, 0); }
+    void *allocate(size_t size)
+    {
+        return mallocx(size, 0);
+    }
     bool deallocate(void *ptr)
     {
         dallocx(ptr, 0);
@@ -294,8 +306,7 @@ void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
     if (!time_trace(state, allocator, [&] { calls_before = backend_stats(backend.get()); }))
         return;
     ortmem_vmm_stats calls_after = backend_stats(backend.get());
-    report_backend_calls(state, calls_before, calls_after,
-                         static_cast<double>(state.iterations()));
+    report_backend_calls(state, calls_before, calls_after, static_cast<double>(state.iterations()));
 
     ortmem_arena_stats arena_stats{};
     arena_stats.struct_size = sizeof arena_stats;
@@ -322,13 +333,11 @@ void register_arena_benchmarks()
         {"ortmem_arena_cached", 0, kGenerousCache},
     };
     for (const ArenaVariant &variant : variants) {
-        benchmark::RegisterBenchmark((scenario + variant.name).c_str(), ortmem_arena_trace,
-                                     variant)
+        benchmark::RegisterBenchmark((scenario + variant.name).c_str(), ortmem_arena_trace, variant)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
     }
-    benchmark::RegisterBenchmark((scenario + "baseline_glibc_malloc").c_str(),
-                                 glibc_malloc_trace)
+    benchmark::RegisterBenchmark((scenario + "baseline_glibc_malloc").c_str(), glibc_malloc_trace)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
     benchmark::RegisterBenchmark((scenario + "baseline_jemalloc").c_str(), jemalloc_trace)

@@ -8,14 +8,16 @@
 
 #include <string>
 
-namespace ortmem_bench {
+namespace ortmem_bench
+{
 
-namespace {
+namespace
+{
 
 struct GranuleVariant {
     const char *name;
-    bool pooled;   // pool cap of one granule: decommit keeps it, commit reuses it
-    int populate;  // ortmem_cpu_options.populate
+    bool pooled;  // pool cap of one granule: decommit keeps it, commit reuses it
+    int populate; // ortmem_cpu_options.populate
 };
 
 void report_touch_counters(benchmark::State &state, size_t granule)

@@ -12,7 +12,8 @@
 #include <memory>
 #include <string>
 
-namespace ortmem_bench {
+namespace ortmem_bench
+{
 
 constexpr size_t KiB = 1024;
 constexpr size_t MiB = 1024 * KiB;
@@ -20,14 +21,23 @@ constexpr size_t MiB = 1024 * KiB;
 constexpr size_t kTouchStride = 4 * KiB;
 
 struct BackendDeleter {
-    void operator()(ortmem_backend *backend) const { (void)ortmem_backend_destroy(backend); }
+    void operator()(ortmem_backend *backend) const
+    {
+        (void)ortmem_backend_destroy(backend);
+    }
 };
 struct RegionDeleter {
-    void operator()(ortmem_region *region) const { (void)ortmem_region_destroy(region); }
+    void operator()(ortmem_region *region) const
+    {
+        (void)ortmem_region_destroy(region);
+    }
 };
 struct ArenaDeleter {
     // force: a benchmark that stopped half-way may leave allocations live.
-    void operator()(ortmem_arena *arena) const { (void)ortmem_arena_destroy(arena, 1); }
+    void operator()(ortmem_arena *arena) const
+    {
+        (void)ortmem_arena_destroy(arena, 1);
+    }
 };
 using BackendPtr = std::unique_ptr<ortmem_backend, BackendDeleter>;
 using RegionPtr = std::unique_ptr<ortmem_region, RegionDeleter>;

@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
-namespace ortmem_bench {
+namespace ortmem_bench
+{
 
-namespace {
+namespace
+{
 
 void *g_jemalloc = nullptr;
 std::string g_jemalloc_missing_reason;
@@ -43,8 +45,8 @@ void reexec_with_static_tls(char **argv)
         return;
     std::fflush(nullptr);
     execv("/proc/self/exe", argv);
-    g_jemalloc_missing_reason += "; re-exec with GLIBC_TUNABLES=" + tunables +
-                                 " failed: " + std::strerror(errno);
+    g_jemalloc_missing_reason +=
+        "; re-exec with GLIBC_TUNABLES=" + tunables + " failed: " + std::strerror(errno);
 }
 
 void open_jemalloc(char **argv)
@@ -77,8 +79,8 @@ void add_machine_context()
     // 4 KiB faults; shmem THP does the same for ortmem's memfd granules.
     benchmark::AddCustomContext("thp_enabled",
                                 first_line_of("/sys/kernel/mm/transparent_hugepage/enabled"));
-    benchmark::AddCustomContext(
-        "thp_shmem_enabled", first_line_of("/sys/kernel/mm/transparent_hugepage/shmem_enabled"));
+    benchmark::AddCustomContext("thp_shmem_enabled",
+                                first_line_of("/sys/kernel/mm/transparent_hugepage/shmem_enabled"));
     benchmark::AddCustomContext("page_size", std::to_string(sysconf(_SC_PAGESIZE)));
     if (!g_jemalloc) {
         benchmark::AddCustomContext("jemalloc", "missing: " + g_jemalloc_missing_reason);
@@ -110,8 +112,8 @@ bool ok_or_skip(benchmark::State &state, ortmem_status status, const char *call)
 {
     if (status == ORTMEM_OK)
         return true;
-    std::string message = std::string(call) + " -> " + ortmem_status_str(status) + ": " +
-                          ortmem_last_error();
+    std::string message =
+        std::string(call) + " -> " + ortmem_status_str(status) + ": " + ortmem_last_error();
     state.SkipWithError(message.c_str());
     return false;
 }
@@ -129,7 +131,8 @@ ortmem_vmm_stats backend_stats(ortmem_backend *backend)
 
 uint64_t process_page_faults()
 {
-    struct rusage usage {};
+    struct rusage usage {
+    };
     if (getrusage(RUSAGE_SELF, &usage) != 0)
         return 0;
     return static_cast<uint64_t>(usage.ru_minflt) + static_cast<uint64_t>(usage.ru_majflt);
@@ -146,9 +149,7 @@ void report_page_faults(benchmark::State &state, uint64_t before)
 void report_backend_calls(benchmark::State &state, const ortmem_vmm_stats &before,
                           const ortmem_vmm_stats &after, double per)
 {
-    auto delta = [per](uint64_t was, uint64_t now) {
-        return static_cast<double>(now - was) / per;
-    };
+    auto delta = [per](uint64_t was, uint64_t now) { return static_cast<double>(now - was) / per; };
     state.counters["map_calls"] = delta(before.calls[ORTMEM_OP_MAP], after.calls[ORTMEM_OP_MAP]);
     state.counters["unmap_calls"] =
         delta(before.calls[ORTMEM_OP_UNMAP], after.calls[ORTMEM_OP_UNMAP]);

@@ -165,14 +165,13 @@ stress_outcome stress_regions_shares_pool(void)
             return fail("corruption", "thread %d saw %d corrupted granules", i,
                         workers[i].corruptions);
         if (workers[i].failures)
-            return fail("failure", "thread %d: %d failed calls, last: %s", i,
-                        workers[i].failures, workers[i].last_error);
+            return fail("failure", "thread %d: %d failed calls, last: %s", i, workers[i].failures,
+                        workers[i].last_error);
     }
     ortmem_granule_info info = {sizeof info, 0, 0, 0};
     (void)ortmem_region_granule_info(prefix, 0, &info);
     if (info.mappers != 1)
-        return fail("mappers", "prefix still has %u mappers after every sharer left",
-                    info.mappers);
+        return fail("mappers", "prefix still has %u mappers after every sharer left", info.mappers);
     (void)ortmem_region_destroy(prefix);
     ortmem_vmm_stats s = stats(b);
     if (s.mapped_bytes != 0 || s.owned_bytes != s.pool_bytes || s.pool_bytes > 8 * G)
@@ -238,8 +237,8 @@ stress_outcome stress_destroy_racing_use(void)
         if (st != ORTMEM_OK)
             return fail("destroy", "round %d: %s", round, ortmem_last_error());
         if (rc.other || rc.gone != 1)
-            return fail("status", "round %d: %d unexpected statuses, %d E_HANDLE", round,
-                        rc.other, rc.gone);
+            return fail("status", "round %d: %d unexpected statuses, %d E_HANDLE", round, rc.other,
+                        rc.gone);
     }
     ortmem_vmm_stats s = stats(b);
     if (s.owned_bytes || s.mapped_bytes)
@@ -329,8 +328,7 @@ stress_outcome stress_arena_alloc_free(void)
     if (as.live_allocations || as.allocated_bytes || as.committed_bytes != as.cached_bytes ||
         as.cached_bytes > 4 * G)
         return fail("arena ledger", "live %llu, allocated %llu, committed %llu, cached %llu",
-                    (unsigned long long)as.live_allocations,
-                    (unsigned long long)as.allocated_bytes,
+                    (unsigned long long)as.live_allocations, (unsigned long long)as.allocated_bytes,
                     (unsigned long long)as.committed_bytes, (unsigned long long)as.cached_bytes);
     if (ortmem_arena_destroy(a, 0) != ORTMEM_OK)
         return fail("arena destroy", "%s", ortmem_last_error());

@@ -12,19 +12,18 @@
 #define MiB (KiB * 1024)
 #define TEST_GRANULE (64 * KiB)
 
-#define OK(call)                                                                              \
-    do {                                                                                      \
-        ortmem_status ok_st_ = (call);                                                        \
-        cr_assert_eq(ok_st_, ORTMEM_OK, "%s -> %s: %s", #call, ortmem_status_str(ok_st_),     \
-                     ortmem_last_error());                                                    \
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        ortmem_status ok_st_ = (call);                                                             \
+        cr_assert_eq(ok_st_, ORTMEM_OK, "%s -> %s: %s", #call, ortmem_status_str(ok_st_),          \
+                     ortmem_last_error());                                                         \
     } while (0)
 
-#define EXPECT_STATUS(call, want)                                                             \
-    do {                                                                                      \
-        ortmem_status ex_st_ = (call);                                                        \
-        cr_assert_eq(ex_st_, (want), "%s -> %s (want %s): %s", #call,                         \
-                     ortmem_status_str(ex_st_), ortmem_status_str(want),                      \
-                     ortmem_last_error());                                                    \
+#define EXPECT_STATUS(call, want)                                                                  \
+    do {                                                                                           \
+        ortmem_status ex_st_ = (call);                                                             \
+        cr_assert_eq(ex_st_, (want), "%s -> %s (want %s): %s", #call, ortmem_status_str(ex_st_),   \
+                     ortmem_status_str(want), ortmem_last_error());                                \
     } while (0)
 
 static inline ortmem_backend *cpu_backend_with_granule(size_t granule)

@@ -64,8 +64,8 @@ Test(core, null_foreign_wrong_kind_and_destroyed_handles_are_refused)
     char foreign[256] = {0};
     EXPECT_STATUS(ortmem_region_commit((ortmem_region *)foreign, 0, 1), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_region_commit((ortmem_region *)b, 0, 1), ORTMEM_E_HANDLE);
-    cr_assert(strstr(ortmem_last_error(), "is a backend handle, not a region handle"),
-              "detail: %s", ortmem_last_error());
+    cr_assert(strstr(ortmem_last_error(), "is a backend handle, not a region handle"), "detail: %s",
+              ortmem_last_error());
     EXPECT_STATUS(ortmem_backend_destroy((ortmem_backend *)r), ORTMEM_E_HANDLE);
     OK(ortmem_region_destroy(r));
     EXPECT_STATUS(ortmem_region_destroy(r), ORTMEM_E_HANDLE);

@@ -139,8 +139,7 @@ Test(fault, failed_unmap_in_destroy_leaks_the_va_on_purpose)
     OK(ortmem_region_commit(r, 0, G));
     OK(ortmem_region_commit(r, 2 * G, 2 * G));
     EXPECT_STATUS(ortmem_region_destroy(r), ORTMEM_E_QUARANTINED);
-    cr_assert(strstr(ortmem_last_error(), "stays reserved on purpose"), "%s",
-              ortmem_last_error());
+    cr_assert(strstr(ortmem_last_error(), "stays reserved on purpose"), "%s", ortmem_last_error());
     ortmem_vmm_stats s = stats_of(f);
     cr_assert_eq(s.quarantined_bytes, G);
     cr_assert_eq(s.quarantined_mapped_bytes, G);
@@ -322,8 +321,7 @@ Test(fault, sweep_fails_every_backend_call_of_the_workload_in_turn)
         uint64_t injected;
         OK(ortmem_fault_backend_counts(f, NULL, &injected));
         cr_assert_eq(injected, 1, "call %llu was reached and failed", (unsigned long long)n);
-        cr_assert_gt(m.failures, 0, "call %llu: the failure was reported",
-                     (unsigned long long)n);
+        cr_assert_gt(m.failures, 0, "call %llu: the failure was reported", (unsigned long long)n);
         cr_assert_eq(m.corruptions, 0, "call %llu: data corrupted", (unsigned long long)n);
         ortmem_vmm_stats s = stats_of(f);
         cr_assert_eq(s.owned_bytes, s.quarantined_bytes, "call %llu: owned %llu quarantined %llu",

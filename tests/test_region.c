@@ -102,8 +102,7 @@ Test(region, commit_and_decommit_refuse_bad_ranges_and_change_nothing)
     EXPECT_STATUS(ortmem_region_decommit(r, 0, 0), ORTMEM_E_INVALID);
     EXPECT_STATUS(ortmem_region_decommit(r, 2 * G, 3 * G), ORTMEM_E_RANGE);
     ortmem_vmm_stats s = stats_of(b);
-    cr_assert_eq(s.calls[ORTMEM_OP_MAP] + s.calls[ORTMEM_OP_UNMAP] + s.calls[ORTMEM_OP_CREATE],
-                 0);
+    cr_assert_eq(s.calls[ORTMEM_OP_MAP] + s.calls[ORTMEM_OP_UNMAP] + s.calls[ORTMEM_OP_CREATE], 0);
     OK(ortmem_region_destroy(r));
 }
 
@@ -160,8 +159,8 @@ Test(region, touching_a_decommitted_granule_faults, .signal = SIGSEGV)
     OK(ortmem_region_commit(r, 0, 2 * G));
     OK(ortmem_region_decommit(r, G, G));
     volatile uint8_t *p = ortmem_region_base(r);
-    p[0] = 1;  /* still committed */
-    p[G] = 1;  /* decommitted: must fault */
+    p[0] = 1; /* still committed */
+    p[G] = 1; /* decommitted: must fault */
 }
 
 Test(region, protect_read_only_refuses_writes, .signal = SIGSEGV)

@@ -113,8 +113,7 @@ Test(share, refuses_bad_ranges_states_and_mixed_backends)
     EXPECT_STATUS(ortmem_region_share(dst, G, NULL, 0, G, ORTMEM_ACCESS_READ), ORTMEM_E_INVALID);
     ortmem_backend *other = test_backend();
     ortmem_region *foreign = region_on(other, 4 * G, 0);
-    EXPECT_STATUS(ortmem_region_share(foreign, 0, src, 0, G, ORTMEM_ACCESS_READ),
-                  ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_region_share(foreign, 0, src, 0, G, ORTMEM_ACCESS_READ), ORTMEM_E_INVALID);
     cr_assert_eq(stats_of(b).mapped_bytes, 3 * G, "refused shares mapped nothing");
     OK(ortmem_region_destroy(foreign));
     OK(ortmem_backend_destroy(other));

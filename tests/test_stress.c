@@ -4,10 +4,10 @@
 
 #include "stress_workloads.h"
 
-#define EXPECT_CLEAN(outcome)                                                                 \
-    do {                                                                                      \
-        stress_outcome o_ = (outcome);                                                        \
-        cr_assert_null(o_.failure, "%s: %s", o_.failure, o_.detail);                          \
+#define EXPECT_CLEAN(outcome)                                                                      \
+    do {                                                                                           \
+        stress_outcome o_ = (outcome);                                                             \
+        cr_assert_null(o_.failure, "%s: %s", o_.failure, o_.detail);                               \
     } while (0)
 
 Test(stress, racing_regions_shares_and_pool_keep_the_ledger_exact)

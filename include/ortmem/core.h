@@ -29,21 +29,21 @@ extern "C" {
 
 typedef enum ortmem_status {
     ORTMEM_OK = 0,
-    ORTMEM_E_INVALID,      /* bad argument: NULL, zero size, unknown enum value */
-    ORTMEM_E_OVERFLOW,     /* a size or offset computation would overflow */
-    ORTMEM_E_RANGE,        /* offset or length outside the object */
-    ORTMEM_E_ALIGN,        /* an offset or size that must be aligned is not */
-    ORTMEM_E_HANDLE,       /* foreign, destroyed or wrong-kind handle */
-    ORTMEM_E_STATE,        /* the object is not in a state that allows the call */
-    ORTMEM_E_BUSY,         /* the object is still in use by others */
-    ORTMEM_E_NOT_FOUND,    /* a pointer or key the object did not hand out */
-    ORTMEM_E_DOUBLE_FREE,  /* released twice */
-    ORTMEM_E_NOMEM,        /* host bookkeeping or physical memory exhausted */
-    ORTMEM_E_BACKEND,      /* a backend call failed; nothing changed */
-    ORTMEM_E_UNSUPPORTED,  /* an optional capability this backend lacks */
-    ORTMEM_E_UNAVAILABLE,  /* the backend cannot run on this machine */
-    ORTMEM_E_QUARANTINED,  /* took effect, but granules or VA were quarantined (see stats) */
-    ORTMEM_E_IO,           /* a file or socket operation failed */
+    ORTMEM_E_INVALID,     /* bad argument: NULL, zero size, unknown enum value */
+    ORTMEM_E_OVERFLOW,    /* a size or offset computation would overflow */
+    ORTMEM_E_RANGE,       /* offset or length outside the object */
+    ORTMEM_E_ALIGN,       /* an offset or size that must be aligned is not */
+    ORTMEM_E_HANDLE,      /* foreign, destroyed or wrong-kind handle */
+    ORTMEM_E_STATE,       /* the object is not in a state that allows the call */
+    ORTMEM_E_BUSY,        /* the object is still in use by others */
+    ORTMEM_E_NOT_FOUND,   /* a pointer or key the object did not hand out */
+    ORTMEM_E_DOUBLE_FREE, /* released twice */
+    ORTMEM_E_NOMEM,       /* host bookkeeping or physical memory exhausted */
+    ORTMEM_E_BACKEND,     /* a backend call failed; nothing changed */
+    ORTMEM_E_UNSUPPORTED, /* an optional capability this backend lacks */
+    ORTMEM_E_UNAVAILABLE, /* the backend cannot run on this machine */
+    ORTMEM_E_QUARANTINED, /* took effect, but granules or VA were quarantined (see stats) */
+    ORTMEM_E_IO,          /* a file or socket operation failed */
     ORTMEM_STATUS_COUNT
 } ortmem_status;
 

@@ -110,13 +110,16 @@ ORTMEM_API ortmem_status ortmem_backend_granule(ortmem_backend *backend, size_t 
  * hole so memory returns to the OS; access is mprotect. */
 typedef struct ortmem_cpu_options {
     size_t struct_size;
-    size_t granule;   /* bytes; power of two >= page size; 0 = 2 MiB */
-    int numa_node;    /* hwloc NUMA node to allocate granules on; -1 = no binding */
-    int populate;     /* non-zero: page tables filled at set-access (MADV_POPULATE_WRITE,
+    size_t granule; /* bytes; power of two >= page size; 0 = 2 MiB */
+    int numa_node;  /* hwloc NUMA node to allocate granules on; -1 = no binding */
+    int populate;   /* non-zero: page tables filled at set-access (MADV_POPULATE_WRITE,
                          Linux 5.14+; ORTMEM_E_UNSUPPORTED at create where missing) */
 } ortmem_cpu_options;
 
-#define ORTMEM_CPU_OPTIONS_INIT {sizeof(ortmem_cpu_options), 0, -1, 0}
+#define ORTMEM_CPU_OPTIONS_INIT                                                                    \
+    {                                                                                              \
+        sizeof(ortmem_cpu_options), 0, -1, 0                                                       \
+    }
 
 /* options may be NULL for the defaults. */
 ORTMEM_API ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options,
@@ -134,7 +137,10 @@ typedef struct ortmem_fault_options {
     uint64_t seed;        /* seed for probability (deterministic) */
 } ortmem_fault_options;
 
-#define ORTMEM_FAULT_OPTIONS_INIT {sizeof(ortmem_fault_options), ORTMEM_OP_ANY, 0, 0.0, 1}
+#define ORTMEM_FAULT_OPTIONS_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ortmem_fault_options), ORTMEM_OP_ANY, 0, 0.0, 1                                     \
+    }
 
 /* The wrapper keeps inner alive: inner cannot be destroyed before it. */
 ORTMEM_API ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
@@ -152,22 +158,22 @@ ORTMEM_API ortmem_status ortmem_fault_backend_counts(ortmem_backend *fault, uint
  * saturations. */
 typedef struct ortmem_vmm_stats {
     size_t struct_size;
-    uint64_t owned_bytes;        /* physical granules alive, counted once (pool included) */
+    uint64_t owned_bytes; /* physical granules alive, counted once (pool included) */
     uint64_t owned_peak_bytes;
-    uint64_t mapped_bytes;       /* bytes mapped, per mapping (aliases count again) */
+    uint64_t mapped_bytes; /* bytes mapped, per mapping (aliases count again) */
     uint64_t mapped_peak_bytes;
     uint64_t owned_granules;
     uint64_t mapped_granules;
-    uint64_t reserved_bytes;     /* VA reserved by live regions and arenas */
-    uint64_t quarantined_bytes;  /* owned bytes of poisoned granules, never reused */
+    uint64_t reserved_bytes;           /* VA reserved by live regions and arenas */
+    uint64_t quarantined_bytes;        /* owned bytes of poisoned granules, never reused */
     uint64_t quarantined_mapped_bytes; /* mappings whose unmap failed */
     uint64_t quarantined_granules;
-    uint64_t leaked_va_bytes;    /* VA left reserved on purpose because granules stayed */
-    uint64_t pool_bytes;         /* owned bytes held by the pool, mapped nowhere */
+    uint64_t leaked_va_bytes; /* VA left reserved on purpose because granules stayed */
+    uint64_t pool_bytes;      /* owned bytes held by the pool, mapped nowhere */
     uint64_t pool_cap_bytes;
     uint64_t pool_hits;
     uint64_t pool_misses;
-    uint64_t calls[ORTMEM_OP_COUNT];  /* backend calls made through this handle */
+    uint64_t calls[ORTMEM_OP_COUNT]; /* backend calls made through this handle */
     uint64_t failures[ORTMEM_OP_COUNT];
     uint64_t saturations;
 } ortmem_vmm_stats;
@@ -190,11 +196,14 @@ ORTMEM_API ortmem_status ortmem_pool_reserve(ortmem_backend *backend, size_t byt
 
 typedef struct ortmem_region_options {
     size_t struct_size;
-    size_t size;     /* bytes of VA; rounded up to the granule */
-    unsigned flags;  /* ORTMEM_REGION_* */
+    size_t size;    /* bytes of VA; rounded up to the granule */
+    unsigned flags; /* ORTMEM_REGION_* */
 } ortmem_region_options;
 
-#define ORTMEM_REGION_OPTIONS_INIT {sizeof(ortmem_region_options), 0, 0}
+#define ORTMEM_REGION_OPTIONS_INIT                                                                 \
+    {                                                                                              \
+        sizeof(ortmem_region_options), 0, 0                                                        \
+    }
 
 ORTMEM_API ortmem_status ortmem_region_create(ortmem_backend *backend,
                                               const ortmem_region_options *options,
@@ -218,16 +227,15 @@ ORTMEM_API ortmem_status ortmem_region_commit(ortmem_region *region, size_t offs
 
 /* Unmaps the mapped granules lying wholly inside [offset, offset+len). All or
  * nothing; ORTMEM_E_QUARANTINED when unmaps succeeded but a release failed. */
-ORTMEM_API ortmem_status ortmem_region_decommit(ortmem_region *region, size_t offset,
-                                                size_t len);
+ORTMEM_API ortmem_status ortmem_region_decommit(ortmem_region *region, size_t offset, size_t len);
 
 /* Maps src's physical granules of [src_offset, +len) into dst at dst_offset
  * with access (ORTMEM_ACCESS_READ is the usual alias). Offsets and len must be
  * granule-aligned; every source granule must be mapped and every destination
  * granule unmapped. dst may be src if the ranges do not overlap. */
 ORTMEM_API ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset,
-                                             ortmem_region *src, size_t src_offset,
-                                             size_t len, ortmem_access access);
+                                             ortmem_region *src, size_t src_offset, size_t len,
+                                             ortmem_access access);
 
 /* Replaces every shared granule (mapped elsewhere too) that [offset, +len)
  * touches with a private read-write copy at the same VA. Needs the backend's
@@ -235,8 +243,8 @@ ORTMEM_API ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offs
 ORTMEM_API ortmem_status ortmem_region_cow(ortmem_region *region, size_t offset, size_t len);
 
 /* Changes access over the mapped granules [offset, +len) (granule-aligned). */
-ORTMEM_API ortmem_status ortmem_region_protect(ortmem_region *region, size_t offset,
-                                               size_t len, ortmem_access access);
+ORTMEM_API ortmem_status ortmem_region_protect(ortmem_region *region, size_t offset, size_t len,
+                                               ortmem_access access);
 
 typedef enum ortmem_granule_state {
     ORTMEM_GRANULE_UNMAPPED = 0,
@@ -274,27 +282,30 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
  * except that up to cache_bytes of empty granules stay committed for reuse. */
 typedef struct ortmem_arena_options {
     size_t struct_size;
-    size_t capacity;     /* bytes of VA to reserve; rounded up to the granule */
-    size_t cache_bytes;  /* empty granules kept committed; 0 = decommit at once, which
+    size_t capacity;    /* bytes of VA to reserve; rounded up to the granule */
+    size_t cache_bytes; /* empty granules kept committed; 0 = decommit at once, which
                             costs a create and release per granule crossing without a
                             pool (docs/memory/MEASUREMENTS.md, arena) */
-    size_t min_align;    /* smallest alignment handed out; 0 = 256 */
+    size_t min_align;   /* smallest alignment handed out; 0 = 256 */
 } ortmem_arena_options;
 
-#define ORTMEM_ARENA_OPTIONS_INIT {sizeof(ortmem_arena_options), 0, 0, 0}
+#define ORTMEM_ARENA_OPTIONS_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ortmem_arena_options), 0, 0, 0                                                      \
+    }
 
 typedef struct ortmem_arena_stats {
     size_t struct_size;
-    uint64_t allocated_bytes;  /* sum of live allocation sizes as requested */
+    uint64_t allocated_bytes; /* sum of live allocation sizes as requested */
     uint64_t allocated_peak_bytes;
     uint64_t live_allocations;
-    uint64_t committed_bytes;  /* granules of the arena's region that are mapped */
+    uint64_t committed_bytes; /* granules of the arena's region that are mapped */
     uint64_t committed_peak_bytes;
-    uint64_t cached_bytes;     /* empty granules kept committed */
+    uint64_t cached_bytes; /* empty granules kept committed */
     uint64_t allocs;
     uint64_t frees;
-    uint64_t failed_allocs;    /* refused allocs of any cause, bad input included */
-    uint64_t fenced_bytes;     /* granules the region quarantined: never handed out again */
+    uint64_t failed_allocs; /* refused allocs of any cause, bad input included */
+    uint64_t fenced_bytes;  /* granules the region quarantined: never handed out again */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,

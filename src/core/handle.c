@@ -118,8 +118,8 @@ ortmem_status om_handle_pin(const void *ptr, om_kind kind, const char *what)
     ortmem_status st = ORTMEM_OK;
     pthread_mutex_lock(&om_reg_lock);
     if (!om_contains((uintptr_t)ptr)) {
-        st = OM_ERR(ORTMEM_E_HANDLE, "%s: %p is not a live %s handle (destroyed or foreign)",
-                    what, ptr, om_kind_name(kind));
+        st = OM_ERR(ORTMEM_E_HANDLE, "%s: %p is not a live %s handle (destroyed or foreign)", what,
+                    ptr, om_kind_name(kind));
     } else {
         om_handle *h = (om_handle *)ptr;
         if (h->kind != kind)

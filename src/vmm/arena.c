@@ -101,7 +101,7 @@ struct ortmem_arena {
     size_t cached_count;
     size_t committed_count;
     size_t fenced_count; /* granules the region quarantined, never handed out */
-    size_t *scratch; /* granule indices of one eviction pass */
+    size_t *scratch;     /* granule indices of one eviction pass */
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
     uint64_t allocs, frees, failed_allocs;
@@ -543,8 +543,7 @@ static bool fence_granule(ortmem_arena *a, size_t i)
     om_block *b = a->first;
     while (b && b->offset + b->size <= start)
         b = b->phys_next;
-    if (!b || !b->is_free || b->offset > start || b->offset + b->size < end ||
-        !nodes_reserve(a, 2))
+    if (!b || !b->is_free || b->offset > start || b->offset + b->size < end || !nodes_reserve(a, 2))
         return false;
     carve(a, b, start, end);
     a->used_bytes += a->granule;

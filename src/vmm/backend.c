@@ -6,11 +6,16 @@
 #include "core/error.h"
 
 static const char *const om_op_names[ORTMEM_OP_COUNT + 1] = {
-    [ORTMEM_OP_RESERVE] = "reserve",       [ORTMEM_OP_UNRESERVE] = "unreserve",
-    [ORTMEM_OP_CREATE] = "create",         [ORTMEM_OP_RELEASE] = "release",
-    [ORTMEM_OP_MAP] = "map",               [ORTMEM_OP_UNMAP] = "unmap",
-    [ORTMEM_OP_SET_ACCESS] = "set_access", [ORTMEM_OP_EXPORT] = "export",
-    [ORTMEM_OP_IMPORT] = "import",         [ORTMEM_OP_COPY] = "copy",
+    [ORTMEM_OP_RESERVE] = "reserve",
+    [ORTMEM_OP_UNRESERVE] = "unreserve",
+    [ORTMEM_OP_CREATE] = "create",
+    [ORTMEM_OP_RELEASE] = "release",
+    [ORTMEM_OP_MAP] = "map",
+    [ORTMEM_OP_UNMAP] = "unmap",
+    [ORTMEM_OP_SET_ACCESS] = "set_access",
+    [ORTMEM_OP_EXPORT] = "export",
+    [ORTMEM_OP_IMPORT] = "import",
+    [ORTMEM_OP_COPY] = "copy",
     [ORTMEM_OP_ANY] = "any",
 };
 
@@ -42,8 +47,7 @@ static bool om_is_pow2(size_t v)
     return v && !(v & (v - 1));
 }
 
-ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self,
-                                    ortmem_backend **out)
+ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, ortmem_backend **out)
 {
     om_error_clear();
     if (!ops || !out)
@@ -57,8 +61,8 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self,
     memset(&copy, 0, sizeof copy);
     memcpy(&copy, ops, ops->struct_size < sizeof copy ? ops->struct_size : sizeof copy);
     copy.struct_size = sizeof copy;
-    if (!copy.granularity || !copy.reserve || !copy.unreserve || !copy.create ||
-        !copy.release || !copy.map || !copy.unmap || !copy.set_access)
+    if (!copy.granularity || !copy.reserve || !copy.unreserve || !copy.create || !copy.release ||
+        !copy.map || !copy.unmap || !copy.set_access)
         return OM_ERR(ORTMEM_E_INVALID,
                       "backend create: a required slot (granularity, reserve, unreserve, "
                       "create, release, map, unmap, set_access) is NULL");
@@ -144,8 +148,7 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
         st = OM_ERR(ORTMEM_E_QUARANTINED,
                     "backend destroy: '%s' leaves %llu quarantined bytes in %llu granules "
                     "deliberately leaked",
-                    b->ops.name, (unsigned long long)quarantined,
-                    (unsigned long long)granules);
+                    b->ops.name, (unsigned long long)quarantined, (unsigned long long)granules);
     for (size_t i = 0; i < b->quarantine_count; i++)
         free(b->quarantine[i]);
     free(b->quarantine);
@@ -234,16 +237,14 @@ ortmem_status om_backend_set_access(ortmem_backend *b, uintptr_t va, size_t size
 ortmem_status om_backend_export(ortmem_backend *b, uint64_t handle, int *fd)
 {
     if (!b->ops.export_fd)
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot export granules",
-                      b->ops.name);
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot export granules", b->ops.name);
     return om_counted(b, ORTMEM_OP_EXPORT, b->ops.export_fd(b->self, handle, fd));
 }
 
 ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t *handle)
 {
     if (!b->ops.import_fd)
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot import granules",
-                      b->ops.name);
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot import granules", b->ops.name);
     return om_counted(b, ORTMEM_OP_IMPORT, b->ops.import_fd(b->self, fd, size, handle));
 }
 

@@ -20,8 +20,10 @@ ortmem_status ortmem_fd_send(int socket_fd, int fd)
         char space[CMSG_SPACE(sizeof(int))];
     } control;
     memset(&control, 0, sizeof control);
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = control.space, .msg_controllen = sizeof control.space};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.space,
+                         .msg_controllen = sizeof control.space};
     struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
@@ -49,8 +51,10 @@ ortmem_status ortmem_fd_recv(int socket_fd, int *fd)
         char space[CMSG_SPACE(sizeof(int))];
     } control;
     memset(&control, 0, sizeof control);
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = control.space, .msg_controllen = sizeof control.space};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.space,
+                         .msg_controllen = sizeof control.space};
     ssize_t n;
     do {
         n = recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);

@@ -73,27 +73,24 @@ static void unpin_region(ortmem_region *r)
 }
 
 /* Byte range [off, off+len) inside the region, len > 0. */
-static ortmem_status check_range(const ortmem_region *r, size_t off, size_t len,
-                                 const char *what)
+static ortmem_status check_range(const ortmem_region *r, size_t off, size_t len, const char *what)
 {
     if (len == 0)
         return OM_ERR(ORTMEM_E_INVALID, "%s: length is 0", what);
     if (off > SIZE_MAX - len)
-        return OM_ERR(ORTMEM_E_OVERFLOW, "%s: offset %zu + length %zu overflows", what, off,
-                      len);
+        return OM_ERR(ORTMEM_E_OVERFLOW, "%s: offset %zu + length %zu overflows", what, off, len);
     if (off + len > r->size)
-        return OM_ERR(ORTMEM_E_RANGE, "%s: [%zu, %zu) outside the region of %zu bytes", what,
-                      off, off + len, r->size);
+        return OM_ERR(ORTMEM_E_RANGE, "%s: [%zu, %zu) outside the region of %zu bytes", what, off,
+                      off + len, r->size);
     return ORTMEM_OK;
 }
 
-static ortmem_status check_aligned(const ortmem_region *r, size_t off, size_t len,
-                                   const char *what)
+static ortmem_status check_aligned(const ortmem_region *r, size_t off, size_t len, const char *what)
 {
     if (off % r->granule || len % r->granule)
         return OM_ERR(ORTMEM_E_ALIGN,
-                      "%s: offset %zu and length %zu must be multiples of the granule %zu",
-                      what, off, len, r->granule);
+                      "%s: offset %zu and length %zu must be multiples of the granule %zu", what,
+                      off, len, r->granule);
     return ORTMEM_OK;
 }
 
@@ -254,8 +251,8 @@ static ortmem_status drop_unmapped(ortmem_region *r, size_t g0, size_t n, const 
 
 /* ---- create / destroy ---- */
 
-ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *options,
-                               bool traced, ortmem_region **out)
+ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *options, bool traced,
+                               ortmem_region **out)
 {
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "region create: options or out is NULL");
@@ -275,8 +272,10 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
     size_t g = b->granule;
     if (opt.size > SIZE_MAX - (g - 1)) {
         om_backend_unpin(b);
-        return OM_ERR(ORTMEM_E_OVERFLOW, "region create: %zu bytes rounded to the granule %zu "
-                                         "overflows", opt.size, g);
+        return OM_ERR(ORTMEM_E_OVERFLOW,
+                      "region create: %zu bytes rounded to the granule %zu "
+                      "overflows",
+                      opt.size, g);
     }
     size_t size = (opt.size + g - 1) & ~(g - 1);
     ortmem_region *r = calloc(1, sizeof *r);
@@ -380,8 +379,8 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
                         poisoned, r->count, r->size, (void *)r->base);
     } else if (om_backend_unreserve(b, r->base, r->size) != ORTMEM_OK) {
         om_ledger_count(&b->ledger.leaked_va, r->size, b);
-        result = om_error_wrap(ORTMEM_E_QUARANTINED, "region destroy: VA of %zu bytes leaked",
-                               r->size);
+        result =
+            om_error_wrap(ORTMEM_E_QUARANTINED, "region destroy: VA of %zu bytes leaked", r->size);
     } else if (result == ORTMEM_E_QUARANTINED) {
         result = om_error_wrap(result, "region destroy: a granule release failed");
     }
@@ -426,8 +425,7 @@ size_t ortmem_region_granule(ortmem_region *r)
     return g;
 }
 
-ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset,
-                                         ortmem_granule_info *info)
+ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset, ortmem_granule_info *info)
 {
     om_error_clear();
     if (!info || info->struct_size == 0 || info->struct_size > sizeof *info)
@@ -487,8 +485,7 @@ ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
         st = map_granules(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true);
     }
     if (st != ORTMEM_OK) {
-        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granules", offset, len,
-                           acquired);
+        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granules", offset, len, acquired);
     } else if (r->traced) {
         om_trace_line("commit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
     }
@@ -594,17 +591,17 @@ static ortmem_status check_share(ortmem_region *dst, size_t dst_offset, ortmem_r
     if (st != ORTMEM_OK)
         return st;
     if (dst->backend != src->backend)
-        return OM_ERR(ORTMEM_E_INVALID, "%s: regions live on different backends ('%s', '%s')",
-                      what, dst->backend->ops.name, src->backend->ops.name);
+        return OM_ERR(ORTMEM_E_INVALID, "%s: regions live on different backends ('%s', '%s')", what,
+                      dst->backend->ops.name, src->backend->ops.name);
     if (dst == src && dst_offset < src_offset + len && src_offset < dst_offset + len)
-        return OM_ERR(ORTMEM_E_RANGE, "%s: [%zu, +%zu) and [%zu, +%zu) overlap in one region",
-                      what, dst_offset, len, src_offset, len);
+        return OM_ERR(ORTMEM_E_RANGE, "%s: [%zu, +%zu) and [%zu, +%zu) overlap in one region", what,
+                      dst_offset, len, src_offset, len);
     size_t n = len / dst->granule;
     for (size_t k = 0; k < n; k++) {
         size_t si = src_offset / src->granule + k, di = dst_offset / dst->granule + k;
         if (src->slots[si].state != ORTMEM_GRANULE_MAPPED)
-            return OM_ERR(ORTMEM_E_STATE, "%s: source granule at offset %zu is not mapped",
-                          what, si * src->granule);
+            return OM_ERR(ORTMEM_E_STATE, "%s: source granule at offset %zu is not mapped", what,
+                          si * src->granule);
         if (dst->slots[di].state != ORTMEM_GRANULE_UNMAPPED)
             return OM_ERR(ORTMEM_E_STATE,
                           "%s: destination granule at offset %zu is already committed", what,
@@ -737,8 +734,10 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
         if (s->state != ORTMEM_GRANULE_MAPPED || atomic_load(&s->phys->mappers) < 2)
             continue;
         if (s->access == ORTMEM_ACCESS_NONE)
-            st = OM_ERR(ORTMEM_E_STATE, "region cow: shared granule at offset %zu has no access "
-                                        "and cannot be read", (g0 + k) * r->granule);
+            st = OM_ERR(ORTMEM_E_STATE,
+                        "region cow: shared granule at offset %zu has no access "
+                        "and cannot be read",
+                        (g0 + k) * r->granule);
         cand[k] = true;
         count++;
     }
@@ -764,8 +763,7 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
                     if (!cand[k])
                         continue;
                     old[k] = r->slots[g0 + k];
-                    r->slots[g0 + k] =
-                        (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE};
+                    r->slots[g0 + k] = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE};
                 }
                 st = map_granules(r, g0, n, fresh, ORTMEM_ACCESS_READ_WRITE, false);
                 if (st == ORTMEM_OK) {
@@ -799,8 +797,7 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
             (void)om_phys_discard(b, fresh[k]);
     }
     if (st != ORTMEM_OK)
-        st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
-                           count);
+        st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len, count);
     else if (leaked_va)
         st = OM_ERR(ORTMEM_E_QUARANTINED,
                     "region cow [%zu, +%zu): copied, but the %zu-byte scratch VA could not be "
@@ -823,8 +820,7 @@ ortmem_status ortmem_region_export(ortmem_region *r, size_t offset, int *fd)
     if (st != ORTMEM_OK)
         return st;
     if (offset >= r->size) {
-        st = OM_ERR(ORTMEM_E_RANGE, "region export: offset %zu outside %zu bytes", offset,
-                    r->size);
+        st = OM_ERR(ORTMEM_E_RANGE, "region export: offset %zu outside %zu bytes", offset, r->size);
     } else {
         om_slot *s = &r->slots[offset / r->granule];
         if (s->state != ORTMEM_GRANULE_MAPPED)

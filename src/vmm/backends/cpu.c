@@ -203,8 +203,8 @@ static ortmem_status cpu_create(void *self, size_t size, unsigned flags, uint64_
 {
     cpu_backend *c = self;
     if (!size || size % c->page)
-        return OM_ERR(ORTMEM_E_ALIGN, "create: %zu bytes is not a multiple of the page (%zu)",
-                      size, c->page);
+        return OM_ERR(ORTMEM_E_ALIGN, "create: %zu bytes is not a multiple of the page (%zu)", size,
+                      c->page);
     cpu_granule *g = calloc(1, sizeof *g);
     if (!g)
         return OM_ERR(ORTMEM_E_NOMEM, "create: granule bookkeeping");
@@ -262,8 +262,8 @@ static ortmem_status cpu_map(void *self, uintptr_t va, size_t size, uint64_t han
     (void)self;
     cpu_granule *g = (cpu_granule *)(uintptr_t)handle;
     if (handle_offset > g->size || size > g->size - handle_offset)
-        return OM_ERR(ORTMEM_E_RANGE, "map: %zu bytes at offset %zu of a %zu-byte granule",
-                      size, handle_offset, g->size);
+        return OM_ERR(ORTMEM_E_RANGE, "map: %zu bytes at offset %zu of a %zu-byte granule", size,
+                      handle_offset, g->size);
     void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, g->fd,
                    g->offset + (off_t)handle_offset);
     if (p == MAP_FAILED)

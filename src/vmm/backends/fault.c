@@ -49,11 +49,11 @@ static ortmem_status fault_check(fault_backend *f, ortmem_backend_op op)
     return st;
 }
 
-#define FAULT_CHECK(f, op)                                                                    \
-    do {                                                                                      \
-        ortmem_status fault_st_ = fault_check((f), (op));                                     \
-        if (fault_st_ != ORTMEM_OK)                                                           \
-            return fault_st_;                                                                 \
+#define FAULT_CHECK(f, op)                                                                         \
+    do {                                                                                           \
+        ortmem_status fault_st_ = fault_check((f), (op));                                          \
+        if (fault_st_ != ORTMEM_OK)                                                                \
+            return fault_st_;                                                                      \
     } while (0)
 
 static ortmem_status fault_granularity(void *self, size_t *minimum, size_t *recommended)
@@ -107,8 +107,7 @@ static ortmem_status fault_unmap(void *self, uintptr_t va, size_t size)
     return om_backend_unmap(f->inner, va, size);
 }
 
-static ortmem_status fault_set_access(void *self, uintptr_t va, size_t size,
-                                      ortmem_access access)
+static ortmem_status fault_set_access(void *self, uintptr_t va, size_t size, ortmem_access access)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_SET_ACCESS);
@@ -143,8 +142,8 @@ static void fault_destroy(void *self)
     free(f);
 }
 
-static ortmem_status fault_validate(const ortmem_fault_options *options,
-                                    ortmem_fault_options *out, const char *what)
+static ortmem_status fault_validate(const ortmem_fault_options *options, ortmem_fault_options *out,
+                                    const char *what)
 {
     ortmem_fault_options opt = ORTMEM_FAULT_OPTIONS_INIT;
     if (options) {
@@ -156,8 +155,7 @@ static ortmem_status fault_validate(const ortmem_fault_options *options,
     if ((unsigned)opt.op > ORTMEM_OP_ANY)
         return OM_ERR(ORTMEM_E_INVALID, "%s: unknown operation %d", what, (int)opt.op);
     if (!(opt.probability >= 0.0 && opt.probability <= 1.0))
-        return OM_ERR(ORTMEM_E_INVALID, "%s: probability %g outside [0, 1]", what,
-                      opt.probability);
+        return OM_ERR(ORTMEM_E_INVALID, "%s: probability %g outside [0, 1]", what, opt.probability);
     *out = opt;
     return ORTMEM_OK;
 }
@@ -165,8 +163,7 @@ static ortmem_status fault_validate(const ortmem_fault_options *options,
 static bool fault_is_fault_backend(const ortmem_backend *b);
 
 ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
-                                          const ortmem_fault_options *options,
-                                          ortmem_backend **out)
+                                          const ortmem_fault_options *options, ortmem_backend **out)
 {
     om_error_clear();
     if (!out)
@@ -230,8 +227,8 @@ static ortmem_status fault_pin(ortmem_backend *b, const char *what, fault_backen
         return st;
     if (!fault_is_fault_backend(b)) {
         om_backend_unpin(b);
-        return OM_ERR(ORTMEM_E_HANDLE, "%s: backend '%s' is not a fault-injection backend",
-                      what, b->ops.name);
+        return OM_ERR(ORTMEM_E_HANDLE, "%s: backend '%s' is not a fault-injection backend", what,
+                      b->ops.name);
     }
     *f = b->self;
     return ORTMEM_OK;
