@@ -74,16 +74,18 @@ static inline uint8_t pattern_byte(uint64_t seed, size_t i)
     return (uint8_t)(x >> 56) | 1; /* never 0, so a zeroed page never passes */
 }
 
-static inline void fill_pattern(void *p, size_t len, uint64_t seed)
+/* Volatile: the same bytes are often read back through another mapping, which
+ * the compiler cannot know aliases this one. */
+static inline void fill_pattern(volatile void *p, size_t len, uint64_t seed)
 {
-    uint8_t *b = p;
+    volatile uint8_t *b = p;
     for (size_t i = 0; i < len; i += 64)
         b[i] = pattern_byte(seed, i);
 }
 
-static inline int check_pattern(const void *p, size_t len, uint64_t seed)
+static inline int check_pattern(const volatile void *p, size_t len, uint64_t seed)
 {
-    const uint8_t *b = p;
+    const volatile uint8_t *b = p;
     for (size_t i = 0; i < len; i += 64) {
         if (b[i] != pattern_byte(seed, i))
             return 0;

@@ -28,7 +28,8 @@ Test(share, writes_through_one_va_are_seen_through_the_other)
     ortmem_region *dst = region_on(b, 4 * G, 0);
     OK(ortmem_region_commit(src, 0, 2 * G));
     OK(ortmem_region_share(dst, G, src, 0, 2 * G, ORTMEM_ACCESS_READ_WRITE));
-    uint8_t *s = ortmem_region_base(src), *d = (uint8_t *)ortmem_region_base(dst) + G;
+    volatile uint8_t *s = ortmem_region_base(src),
+                     *d = (volatile uint8_t *)ortmem_region_base(dst) + G;
     fill_pattern(s, 2 * G, 42);
     cr_assert(check_pattern(d, 2 * G, 42));
     d[100] = 0x5A;
@@ -126,7 +127,7 @@ Test(share, alias_inside_one_region)
     ortmem_region *r = region_on(b, 4 * G, 0);
     OK(ortmem_region_commit(r, 0, G));
     OK(ortmem_region_share(r, 2 * G, r, 0, G, ORTMEM_ACCESS_READ));
-    uint8_t *p = ortmem_region_base(r);
+    volatile uint8_t *p = ortmem_region_base(r);
     p[3] = 9;
     cr_assert_eq(p[2 * G + 3], 9);
     OK(ortmem_region_destroy(r));
@@ -145,7 +146,7 @@ Test(share, cow_gives_a_private_copy_at_the_same_va)
     cr_assert_eq(granule_info(dst, G).mappers, 1);
     cr_assert_eq(granule_info(dst, G).access, ORTMEM_ACCESS_READ_WRITE);
     cr_assert_eq(granule_info(dst, 0).mappers, 2, "granule 0 still shared");
-    uint8_t *d = ortmem_region_base(dst), *s = ortmem_region_base(src);
+    volatile uint8_t *d = ortmem_region_base(dst), *s = ortmem_region_base(src);
     cr_assert(check_pattern(d, 2 * G, 5), "the copy holds the shared bytes");
     d[G + 64] ^= 0xFF;
     cr_assert_neq(s[G + 64], d[G + 64], "writes after cow stay private");
