@@ -181,6 +181,37 @@ typedef struct ortmem_vmm_stats {
 /* stats->struct_size must be set by the caller. */
 ORTMEM_API ortmem_status ortmem_backend_stats(ortmem_backend *backend, ortmem_vmm_stats *stats);
 
+/* ---- Accounting seam -------------------------------------------------------
+ * What a region or arena charges before it maps and refunds after it unmaps.
+ * vmm knows no budgets: governance implements this (ortmem_holder_account).
+ * owned: physical bytes, counted once; mapped: per mapping. */
+typedef struct ortmem_account {
+    size_t struct_size;
+    void *self;
+    /* Checks and holds capacity for bytes about to be created and mapped; a
+     * refusal means nothing was created or mapped. */
+    ortmem_status (*reserve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    /* Drops what is left of a hold. */
+    void (*unreserve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    /* Charges bytes just created or mapped, out of the caller's hold. */
+    void (*charge)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    /* Charges bytes that already exist and move in from another account (the
+     * pool, a quarantine); never refused. */
+    void (*adopt)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    /* Returns bytes released, unmapped or moved out. */
+    void (*refund)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    /* Optional: the content the caller asked for changed by delta bytes. */
+    void (*requested)(void *self, int64_t delta_bytes);
+} ortmem_account;
+
+/* Accounts for memory the backend itself holds: granules in the pool, and
+ * quarantined granules (with their stuck mappings). Either may be NULL; both
+ * NULL clears. Bytes already pooled or quarantined move to the new accounts.
+ * ORTMEM_E_STATE when accounts are set already. */
+ORTMEM_API ortmem_status ortmem_backend_set_accounts(ortmem_backend *backend,
+                                                     const ortmem_account *pool,
+                                                     const ortmem_account *quarantine);
+
 /* ---- Physical pool ----------------------------------------------------------
  * Granules released by regions are kept (still owned, pages allocated) up to a
  * byte cap and reused by the next commit on the same backend. Default cap 0. */
@@ -198,12 +229,10 @@ typedef struct ortmem_region_options {
     size_t struct_size;
     size_t size;    /* bytes of VA; rounded up to the granule */
     unsigned flags; /* ORTMEM_REGION_* */
+    const ortmem_account *account; /* copied; charged before every map; NULL = none */
 } ortmem_region_options;
 
-#define ORTMEM_REGION_OPTIONS_INIT                                                                 \
-    {                                                                                              \
-        sizeof(ortmem_region_options), 0, 0                                                        \
-    }
+#define ORTMEM_REGION_OPTIONS_INIT {sizeof(ortmem_region_options), 0, 0, NULL}
 
 ORTMEM_API ortmem_status ortmem_region_create(ortmem_backend *backend,
                                               const ortmem_region_options *options,
@@ -287,12 +316,10 @@ typedef struct ortmem_arena_options {
                             costs a create and release per granule crossing without a
                             pool (docs/memory/MEASUREMENTS.md, arena) */
     size_t min_align;   /* smallest alignment handed out; 0 = 256 */
+    const ortmem_account *account; /* copied; charged before every commit; NULL = none */
 } ortmem_arena_options;
 
-#define ORTMEM_ARENA_OPTIONS_INIT                                                                  \
-    {                                                                                              \
-        sizeof(ortmem_arena_options), 0, 0, 0                                                      \
-    }
+#define ORTMEM_ARENA_OPTIONS_INIT {sizeof(ortmem_arena_options), 0, 0, 0, NULL}
 
 typedef struct ortmem_arena_stats {
     size_t struct_size;

@@ -30,6 +30,7 @@
 #include "core/handle.h"
 #include "core/log.h"
 #include "core/trace.h"
+#include "vmm/account.h"
 #include "vmm/region.h"
 
 _Static_assert(SIZE_MAX <= UINT64_MAX, "size classes assume a 64-bit size_t at most");
@@ -101,6 +102,7 @@ struct ortmem_arena {
     size_t cached_count;
     size_t committed_count;
     size_t fenced_count; /* granules the region quarantined, never handed out */
+    om_account account;  /* told the allocated bytes as the requested content */
     size_t *scratch;     /* granule indices of one eviction pass */
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
@@ -679,10 +681,15 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
     if (!is_pow2(min_align))
         return OM_ERR(ORTMEM_E_ALIGN, "arena create: min_align %zu is not a power of two",
                       min_align);
+    om_account account;
+    ortmem_status st = om_account_init(&account, opt.account, "arena create");
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_region_options ropt = ORTMEM_REGION_OPTIONS_INIT;
     ropt.size = opt.capacity;
+    ropt.account = opt.account;
     ortmem_region *region = NULL;
-    ortmem_status st = om_region_create(backend, &ropt, false, &region);
+    st = om_region_create(backend, &ropt, false, false, &region);
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "arena create (capacity %zu)", opt.capacity);
     ortmem_arena *a = calloc(1, sizeof *a);
@@ -691,6 +698,7 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
         return OM_ERR(ORTMEM_E_NOMEM, "arena create: %zu bytes of bookkeeping", sizeof *a);
     }
     a->region = region;
+    a->account = account;
     a->base = (uintptr_t)ortmem_region_base(region);
     a->capacity = ortmem_region_size(region);
     a->granule = ortmem_region_granule(region);
@@ -768,6 +776,8 @@ ortmem_status ortmem_arena_destroy(ortmem_arena *a, int force)
         return st;
     }
     uint64_t dropped = a->live_allocations;
+    /* Dropped allocations stop being requested content. */
+    om_account_requested(&a->account, -(int64_t)a->allocated_bytes);
     st = ortmem_region_destroy(a->region);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "arena destroy (%llu live allocations dropped)",
@@ -861,6 +871,7 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
             lru_unlink(a, i);
     }
     a->allocated_bytes += size;
+    om_account_requested(&a->account, (int64_t)size);
     a->allocated_peak =
         a->allocated_bytes > a->allocated_peak ? a->allocated_bytes : a->allocated_peak;
     a->live_allocations++;
@@ -916,6 +927,7 @@ static ortmem_status free_locked(ortmem_arena *a, void *ptr, char *warning, size
     size_t g_first = b->offset / g, g_last = (b->offset + b->size - 1) / g;
     a->used_bytes -= b->size;
     a->allocated_bytes -= b->requested;
+    om_account_requested(&a->account, -(int64_t)b->requested);
     a->live_allocations--;
     a->frees++;
     b->is_free = true;

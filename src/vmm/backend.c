@@ -162,6 +162,43 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
     return st;
 }
 
+ortmem_status ortmem_backend_set_accounts(ortmem_backend *b, const ortmem_account *pool,
+                                          const ortmem_account *quarantine)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "backend set accounts");
+    if (st != ORTMEM_OK)
+        return st;
+    om_account pool_account, quarantine_account;
+    st = om_account_init(&pool_account, pool, "backend set accounts (pool)");
+    if (st == ORTMEM_OK)
+        st = om_account_init(&quarantine_account, quarantine,
+                             "backend set accounts (quarantine)");
+    pthread_mutex_lock(&b->lock);
+    bool clearing = !pool && !quarantine;
+    if (st == ORTMEM_OK && !clearing && (b->pool_account.set || b->quarantine_account.set))
+        st = OM_ERR(ORTMEM_E_STATE, "backend set accounts: '%s' has accounts already",
+                    b->ops.name);
+    if (st == ORTMEM_OK) {
+        /* Granules already pooled or quarantined move to the new accounts. */
+        uint64_t stuck_mapped = om_counter_get(&b->ledger.quarantined_mapped);
+        om_account_move(&b->pool_account, &pool_account, b->pool.bytes, 0);
+        for (size_t i = 0; i < b->pool.count; i++)
+            b->pool.items[i]->owner = pool_account;
+        uint64_t quarantined = 0;
+        for (size_t i = 0; i < b->quarantine_count; i++) {
+            quarantined += b->quarantine[i]->size;
+            b->quarantine[i]->owner = quarantine_account;
+        }
+        om_account_move(&b->quarantine_account, &quarantine_account, quarantined, stuck_mapped);
+        b->pool_account = pool_account;
+        b->quarantine_account = quarantine_account;
+    }
+    pthread_mutex_unlock(&b->lock);
+    om_backend_unpin(b);
+    return st;
+}
+
 const char *ortmem_backend_name(const ortmem_backend *backend)
 {
     if (om_handle_pin(backend, OM_KIND_BACKEND, "backend name") != ORTMEM_OK)

@@ -10,6 +10,7 @@
 
 #include "core/counter.h"
 #include "core/handle.h"
+#include "vmm/account.h"
 
 typedef struct om_ledger {
     om_counter owned, owned_peak, mapped, mapped_peak;
@@ -24,13 +25,15 @@ typedef struct om_ledger {
 #define OM_PHYS_EXPORTABLE 0x1u
 #define OM_PHYS_IMPORTED 0x2u
 
-/* One physical granule. mappers counts the region slots that map it. */
+/* One physical granule. mappers counts the region slots that map it; owner is
+ * the account its owned bytes are charged to (copied: it outlives regions). */
 typedef struct om_phys {
     uint64_t handle;
     size_t size;
     _Atomic unsigned mappers;
     unsigned flags;
     bool poisoned; /* quarantined: never released nor reused */
+    om_account owner;
 } om_phys;
 
 typedef struct om_pool {
@@ -52,6 +55,8 @@ struct ortmem_backend {
     om_pool pool;
     om_phys **quarantine;
     size_t quarantine_count, quarantine_capacity;
+    om_account pool_account;       /* charged for pooled granules */
+    om_account quarantine_account; /* charged for quarantined granules and mappings */
     om_ledger ledger;
 };
 
@@ -86,17 +91,26 @@ void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes);
 void om_ledger_count(om_counter *counter, uint64_t n, ortmem_backend *b);
 
 /* Physical granules (physical.c). */
-/* A granule for a new mapping: from the pool when possible, else created. */
-ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out);
-/* A granule imported from fd. */
-ortmem_status om_phys_import(ortmem_backend *b, int fd, om_phys **out);
+/* A pooled granule for a new mapping, its charge moved from the pool to owner;
+ * NULL when the pool is empty or flags make the granule unpoolable. */
+om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner);
+/* Creates a granule and charges owner for it (out of owner's hold). */
+ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account *owner,
+                             om_phys **out);
+/* A granule imported from fd, charged to owner. */
+ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner,
+                             om_phys **out);
 /* Drops one mapper; the last one returns the granule to the pool or releases
  * it. A failed release quarantines it and returns ORTMEM_E_QUARANTINED. */
 ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p);
 /* Gives back a granule that was acquired but never mapped. */
 ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p);
-/* Poisons a granule: it stays owned and is reported, never reused. */
+/* Poisons a granule: it stays owned and is reported, never reused; its charge
+ * moves to the quarantine account. */
 void om_phys_poison(ortmem_backend *b, om_phys *p);
+/* A mapping that could not be unmapped: its mapped charge moves from the
+ * mapping region's account to the quarantine account. */
+void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t bytes);
 /* Releases one granule to the backend, or quarantines it on failure. */
 ortmem_status om_phys_release(ortmem_backend *b, om_phys *p);
 

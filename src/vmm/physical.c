@@ -1,35 +1,51 @@
+/* Physical granules: creation, pooling, release and quarantine, each moving
+ * the granule's owned charge between accounts (owner, pool, quarantine). */
 #include <stdlib.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "vmm/backend.h"
 
-static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, om_phys **out)
+static bool om_poolable(unsigned flags)
+{
+    return !(flags & (OM_PHYS_EXPORTABLE | OM_PHYS_IMPORTED));
+}
+
+om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner)
+{
+    if (!om_poolable(flags))
+        return NULL;
+    /* The charge moves under the pool lock so that the pool account never
+     * sees a take before the matching put (lock order: backend, then account). */
+    pthread_mutex_lock(&b->lock);
+    om_phys *p = om_pool_take_locked(b);
+    if (p) {
+        om_account_move(&b->pool_account, owner, p->size, 0);
+        p->owner = *owner;
+    }
+    pthread_mutex_unlock(&b->lock);
+    om_ledger_count(p ? &b->ledger.pool_hits : &b->ledger.pool_misses, 1, b);
+    return p;
+}
+
+static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, const om_account *owner,
+                                 om_phys **out)
 {
     om_phys *p = calloc(1, sizeof *p);
     if (!p)
         return OM_ERR(ORTMEM_E_NOMEM, "granule bookkeeping: %zu bytes", sizeof *p);
     p->size = b->granule;
     p->flags = flags;
+    p->owner = *owner;
     *out = p;
     return ORTMEM_OK;
 }
 
-ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out)
+ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account *owner,
+                             om_phys **out)
 {
-    if (!(flags & OM_PHYS_EXPORTABLE)) {
-        pthread_mutex_lock(&b->lock);
-        om_phys *pooled = om_pool_take_locked(b);
-        pthread_mutex_unlock(&b->lock);
-        if (pooled) {
-            om_ledger_count(&b->ledger.pool_hits, 1, b);
-            *out = pooled;
-            return ORTMEM_OK;
-        }
-        om_ledger_count(&b->ledger.pool_misses, 1, b);
-    }
     om_phys *p = NULL;
-    ortmem_status st = om_phys_new(b, flags, &p);
+    ortmem_status st = om_phys_new(b, flags, owner, &p);
     if (st != ORTMEM_OK)
         return st;
     unsigned create_flags = (flags & OM_PHYS_EXPORTABLE) ? ORTMEM_CREATE_EXPORTABLE : 0;
@@ -39,14 +55,15 @@ ortmem_status om_phys_acquire(ortmem_backend *b, unsigned flags, om_phys **out)
         return st;
     }
     om_ledger_owned_add(b, p->size);
+    om_account_charge(owner, p->size, 0);
     *out = p;
     return ORTMEM_OK;
 }
 
-ortmem_status om_phys_import(ortmem_backend *b, int fd, om_phys **out)
+ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner, om_phys **out)
 {
     om_phys *p = NULL;
-    ortmem_status st = om_phys_new(b, OM_PHYS_IMPORTED, &p);
+    ortmem_status st = om_phys_new(b, OM_PHYS_IMPORTED, owner, &p);
     if (st != ORTMEM_OK)
         return st;
     st = om_backend_import(b, fd, p->size, &p->handle);
@@ -55,8 +72,15 @@ ortmem_status om_phys_import(ortmem_backend *b, int fd, om_phys **out)
         return st;
     }
     om_ledger_owned_add(b, p->size);
+    om_account_charge(owner, p->size, 0);
     *out = p;
     return ORTMEM_OK;
+}
+
+void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t bytes)
+{
+    om_ledger_count(&b->ledger.quarantined_mapped, bytes, b);
+    om_account_move(from, &b->quarantine_account, 0, bytes);
 }
 
 void om_phys_poison(ortmem_backend *b, om_phys *p)
@@ -81,6 +105,8 @@ void om_phys_poison(ortmem_backend *b, om_phys *p)
     if (fresh) {
         om_ledger_count(&b->ledger.quarantined, p->size, b);
         om_ledger_count(&b->ledger.quarantined_granules, 1, b);
+        om_account_move(&p->owner, &b->quarantine_account, p->size, 0);
+        p->owner = b->quarantine_account;
         om_log(ORTMEM_LOG_WARN, "backend '%s': granule of %zu bytes quarantined after: %s",
                b->ops.name, p->size, ortmem_last_error());
     }
@@ -95,15 +121,21 @@ ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
                              "granule of %zu bytes quarantined after a failed release", p->size);
     }
     om_ledger_owned_sub(b, p->size);
+    om_account_refund(&p->owner, p->size, 0);
     free(p);
     return ORTMEM_OK;
 }
 
 ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p)
 {
-    if (!(p->flags & (OM_PHYS_EXPORTABLE | OM_PHYS_IMPORTED))) {
+    if (om_poolable(p->flags)) {
         pthread_mutex_lock(&b->lock);
+        om_account previous = p->owner;
         bool kept = om_pool_put_locked(b, p);
+        if (kept) {
+            om_account_move(&previous, &b->pool_account, p->size, 0);
+            p->owner = b->pool_account;
+        }
         pthread_mutex_unlock(&b->lock);
         if (kept)
             return ORTMEM_OK;

@@ -108,19 +108,18 @@ ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
         pthread_mutex_unlock(&b->lock);
         if (!want)
             break;
-        om_phys *p = calloc(1, sizeof *p);
-        if (!p) {
-            st = OM_ERR(ORTMEM_E_NOMEM, "pool reserve: granule bookkeeping");
-            break;
+        /* Pooled granules are charged to the pool's account like any other. */
+        st = om_account_reserve(&b->pool_account, b->granule, 0);
+        om_phys *p = NULL;
+        if (st == ORTMEM_OK) {
+            st = om_phys_create(b, 0, &b->pool_account, &p);
+            if (st != ORTMEM_OK)
+                om_account_unreserve(&b->pool_account, b->granule, 0);
         }
-        p->size = b->granule;
-        st = om_backend_create_granule(b, p->size, 0, &p->handle);
         if (st != ORTMEM_OK) {
-            free(p);
             st = om_error_wrap(st, "pool reserve");
             break;
         }
-        om_ledger_owned_add(b, p->size);
         pthread_mutex_lock(&b->lock);
         bool kept = om_pool_put_locked(b, p);
         pthread_mutex_unlock(&b->lock);

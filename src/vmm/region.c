@@ -19,7 +19,14 @@ typedef struct om_slot {
     om_phys *phys;
     uint8_t state;  /* ortmem_granule_state */
     uint8_t access; /* ortmem_access */
+    /* Bytes of this granule that commits asked for: the hull [lo, hi). */
+    uint32_t requested_lo, requested_hi;
 } om_slot;
+
+/* What one call still holds of the capacity it reserved on its account. */
+typedef struct om_hold {
+    uint64_t owned, mapped;
+} om_hold;
 
 struct ortmem_region {
     om_handle hdr;
@@ -31,9 +38,13 @@ struct ortmem_region {
     size_t count;
     unsigned flags;
     bool traced;
-    uint64_t id; /* lock order between regions, and the trace id */
+    bool report_requested; /* an arena reports its allocations instead */
+    uint64_t id;           /* lock order between regions, and the trace id */
+    om_account account;
     om_slot *slots;
 };
+
+static const om_account om_no_account;
 
 static _Atomic uint64_t om_region_ids;
 
@@ -106,16 +117,92 @@ static ortmem_status no_poison(const ortmem_region *r, size_t g0, size_t n, cons
     return ORTMEM_OK;
 }
 
+/* Mapped bytes enter the ledger and the region's account: out of the call's
+ * hold, or (hold NULL: a rollback mapping back what was there) adopted. */
+static void mapped_in(ortmem_region *r, size_t bytes, om_hold *hold)
+{
+    om_ledger_mapped_add(r->backend, bytes);
+    if (hold) {
+        om_account_charge(&r->account, 0, bytes);
+        hold->mapped -= bytes < hold->mapped ? bytes : hold->mapped;
+    } else {
+        om_account_adopt(&r->account, 0, bytes);
+    }
+}
+
+static void mapped_out(ortmem_region *r, size_t bytes)
+{
+    om_ledger_mapped_sub(r->backend, bytes);
+    om_account_refund(&r->account, 0, bytes);
+}
+
+static void release_hold(ortmem_region *r, om_hold *hold)
+{
+    om_account_unreserve(&r->account, hold->owned, hold->mapped);
+    hold->owned = hold->mapped = 0;
+}
+
+/* Requested bytes of granule i dropped (decommit, destroy). */
+static int64_t forget_requested(ortmem_region *r, size_t i)
+{
+    om_slot *s = &r->slots[i];
+    int64_t gone = (int64_t)s->requested_hi - (int64_t)s->requested_lo;
+    s->requested_lo = s->requested_hi = 0;
+    return gone;
+}
+
 /* Marks slot i poisoned, holding p (whose mapper reference it keeps). */
 static void poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped)
 {
     om_slot *s = &r->slots[i];
+    int64_t requested = forget_requested(r, i);
+    if (r->report_requested)
+        om_account_requested(&r->account, -requested);
     s->state = ORTMEM_GRANULE_POISONED;
     s->phys = p;
     s->access = ORTMEM_ACCESS_NONE;
     om_phys_poison(r->backend, p);
     if (still_mapped)
-        om_ledger_count(&r->backend->ledger.quarantined_mapped, r->granule, r->backend);
+        om_quarantine_mapping(r->backend, &r->account, r->granule);
+}
+
+/* Gets a granule for every want[k]: pooled ones first (their charge moves in
+ * and needs no capacity), then capacity for the rest, plus mapped_bytes of
+ * mapping capacity, is reserved on the account and they are created. On
+ * failure everything acquired goes back and nothing stays held. */
+static ortmem_status acquire_granules(ortmem_region *r, size_t n, const bool *want,
+                                      om_phys **phys, uint64_t mapped_bytes, om_hold *hold)
+{
+    ortmem_backend *b = r->backend;
+    unsigned flags = (r->flags & ORTMEM_REGION_EXPORTABLE) ? OM_PHYS_EXPORTABLE : 0;
+    size_t needed = 0, pooled = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!want[k])
+            continue;
+        needed++;
+        phys[k] = om_phys_take_pooled(b, flags, &r->account);
+        pooled += phys[k] != NULL;
+    }
+    *hold = (om_hold){(uint64_t)(needed - pooled) * r->granule, mapped_bytes};
+    ortmem_status st = om_account_reserve(&r->account, hold->owned, hold->mapped);
+    if (st != ORTMEM_OK)
+        *hold = (om_hold){0, 0};
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
+        if (!want[k] || phys[k])
+            continue;
+        st = om_phys_create(b, flags, &r->account, &phys[k]);
+        if (st == ORTMEM_OK)
+            hold->owned -= r->granule;
+    }
+    if (st == ORTMEM_OK)
+        return ORTMEM_OK;
+    for (size_t k = 0; k < n; k++) {
+        if (phys[k])
+            (void)om_phys_discard(b, phys[k]);
+        phys[k] = NULL;
+    }
+    release_hold(r, hold);
+    return st;
 }
 
 /* Undoes mappings made by the failing call: unmaps each run of mapped[] and
@@ -130,7 +217,7 @@ static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const b
     for (size_t len; (len = next_run(mapped, &i, n)) != 0; i += len) {
         size_t bytes = len * r->granule;
         if (om_backend_unmap(b, va_of(r, g0 + i), bytes) == ORTMEM_OK) {
-            om_ledger_mapped_sub(b, bytes);
+            mapped_out(r, bytes);
             continue;
         }
         for (size_t k = i; k < i + len; k++) {
@@ -150,7 +237,7 @@ static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const b
 /* Maps phys[k] (where non-NULL) at granule g0+k and sets access per run. On
  * failure everything this call mapped is rolled back. */
 static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
-                                  ortmem_access access, bool fresh)
+                                  ortmem_access access, bool fresh, om_hold *hold)
 {
     ortmem_backend *b = r->backend;
     bool *mapped = calloc(n, sizeof *mapped);
@@ -163,7 +250,7 @@ static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys
         st = om_backend_map(b, va_of(r, g0 + k), r->granule, phys[k]->handle, 0);
         if (st == ORTMEM_OK) {
             mapped[k] = true;
-            om_ledger_mapped_add(b, r->granule);
+            mapped_in(r, r->granule, hold);
         }
     }
     size_t i = 0;
@@ -178,7 +265,7 @@ static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys
         if (!phys[k])
             continue;
         atomic_fetch_add(&phys[k]->mappers, 1);
-        r->slots[g0 + k] = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access};
+        r->slots[g0 + k] = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access, 0, 0};
     }
     free(mapped);
     return ORTMEM_OK;
@@ -198,7 +285,7 @@ static void restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel)
             poison_slot(r, g0 + k, s->phys, false);
             continue;
         }
-        om_ledger_mapped_add(b, r->granule);
+        mapped_in(r, r->granule, NULL);
         if (om_backend_set_access(b, va, r->granule, (ortmem_access)s->access) != ORTMEM_OK)
             poison_slot(r, g0 + k, s->phys, true);
     }
@@ -227,7 +314,7 @@ static ortmem_status unmap_runs(ortmem_region *r, size_t g0, size_t n, const boo
             }
             return st;
         }
-        om_ledger_mapped_sub(b, bytes);
+        mapped_out(r, bytes);
     }
     return ORTMEM_OK;
 }
@@ -241,7 +328,10 @@ static ortmem_status drop_unmapped(ortmem_region *r, size_t g0, size_t n, const 
             continue;
         om_slot *s = &r->slots[g0 + k];
         om_phys *p = s->phys;
-        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE};
+        int64_t requested = forget_requested(r, g0 + k);
+        if (r->report_requested)
+            om_account_requested(&r->account, -requested);
+        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0};
         ortmem_status st = om_phys_drop(r->backend, p);
         if (st != ORTMEM_OK)
             result = st;
@@ -252,7 +342,7 @@ static ortmem_status drop_unmapped(ortmem_region *r, size_t g0, size_t n, const 
 /* ---- create / destroy ---- */
 
 ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *options, bool traced,
-                               ortmem_region **out)
+                               bool report_requested, ortmem_region **out)
 {
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "region create: options or out is NULL");
@@ -266,10 +356,18 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
         return OM_ERR(ORTMEM_E_INVALID, "region create: size is 0");
     if (opt.flags & ~(unsigned)ORTMEM_REGION_EXPORTABLE)
         return OM_ERR(ORTMEM_E_INVALID, "region create: unknown flags 0x%x", opt.flags);
-    ortmem_status st = om_backend_pin(b, "region create");
+    om_account account;
+    ortmem_status st = om_account_init(&account, opt.account, "region create");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_pin(b, "region create");
     if (st != ORTMEM_OK)
         return st;
     size_t g = b->granule;
+    if (g > UINT32_MAX) {
+        om_backend_unpin(b);
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "region create: granule %zu above 4 GiB", g);
+    }
     if (opt.size > SIZE_MAX - (g - 1)) {
         om_backend_unpin(b);
         return OM_ERR(ORTMEM_E_OVERFLOW,
@@ -299,6 +397,8 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
     r->count = size / g;
     r->flags = opt.flags;
     r->traced = traced;
+    r->report_requested = report_requested;
+    r->account = account;
     r->id = atomic_fetch_add(&om_region_ids, 1) + 1;
     pthread_mutex_init(&r->lock, NULL);
     st = om_handle_register(&r->hdr, OM_KIND_REGION);
@@ -323,7 +423,7 @@ ortmem_status ortmem_region_create(ortmem_backend *backend, const ortmem_region_
                                    ortmem_region **out)
 {
     om_error_clear();
-    return om_region_create(backend, options, true, out);
+    return om_region_create(backend, options, true, true, out);
 }
 
 ortmem_status ortmem_region_destroy(ortmem_region *r)
@@ -352,7 +452,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
         for (size_t len; (len = next_run(sel, &i, r->count)) != 0; i += len) {
             size_t bytes = len * r->granule;
             if (om_backend_unmap(b, va_of(r, i), bytes) == ORTMEM_OK) {
-                om_ledger_mapped_sub(b, bytes);
+                mapped_out(r, bytes);
                 if (drop_unmapped(r, i, len, sel + i) != ORTMEM_OK)
                     result = ORTMEM_E_QUARANTINED;
             } else {
@@ -450,9 +550,27 @@ ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset, ortmem
 
 /* ---- commit / decommit ---- */
 
-static unsigned phys_flags(const ortmem_region *r)
+/* Widens each committed granule's requested hull by [offset, offset+len). */
+static void note_requested(ortmem_region *r, size_t g0, size_t n, size_t offset, size_t len)
 {
-    return (r->flags & ORTMEM_REGION_EXPORTABLE) ? OM_PHYS_EXPORTABLE : 0;
+    if (!r->report_requested)
+        return;
+    int64_t delta = 0;
+    for (size_t k = 0; k < n; k++) {
+        om_slot *s = &r->slots[g0 + k];
+        size_t start = (g0 + k) * r->granule, end = start + r->granule;
+        uint32_t lo = (uint32_t)((offset > start ? offset : start) - start);
+        uint32_t hi = (uint32_t)((offset + len < end ? offset + len : end) - start);
+        uint32_t old = s->requested_hi - s->requested_lo;
+        if (old) {
+            lo = lo < s->requested_lo ? lo : s->requested_lo;
+            hi = hi > s->requested_hi ? hi : s->requested_hi;
+        }
+        s->requested_lo = lo;
+        s->requested_hi = hi;
+        delta += (int64_t)(hi - lo) - (int64_t)old;
+    }
+    om_account_requested(&r->account, delta);
 }
 
 ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
@@ -467,28 +585,29 @@ ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
     if (st == ORTMEM_OK)
         st = no_poison(r, g0, n, "region commit");
     om_phys **phys = st == ORTMEM_OK ? calloc(n, sizeof *phys) : NULL;
-    if (st == ORTMEM_OK && !phys)
+    bool *want = phys ? calloc(n, sizeof *want) : NULL;
+    if (st == ORTMEM_OK && !want)
         st = OM_ERR(ORTMEM_E_NOMEM, "region commit: bookkeeping for %zu granules", n);
-    size_t acquired = 0;
+    size_t wanted = 0;
     for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
-        if (r->slots[g0 + k].state != ORTMEM_GRANULE_UNMAPPED)
-            continue;
-        st = om_phys_acquire(r->backend, phys_flags(r), &phys[k]);
-        acquired += st == ORTMEM_OK;
+        want[k] = r->slots[g0 + k].state == ORTMEM_GRANULE_UNMAPPED;
+        wanted += want[k];
     }
-    if (st != ORTMEM_OK && phys) {
-        for (size_t k = 0; k < n; k++) {
-            if (phys[k])
-                (void)om_phys_discard(r->backend, phys[k]);
-        }
-    } else if (st == ORTMEM_OK && acquired) {
-        st = map_granules(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true);
+    om_hold hold = {0, 0};
+    if (st == ORTMEM_OK && wanted) {
+        st = acquire_granules(r, n, want, phys, (uint64_t)wanted * r->granule, &hold);
+        if (st == ORTMEM_OK)
+            st = map_granules(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true, &hold);
+        release_hold(r, &hold);
     }
     if (st != ORTMEM_OK) {
-        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granules", offset, len, acquired);
-    } else if (r->traced) {
-        om_trace_line("commit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
+        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granules", offset, len, wanted);
+    } else {
+        note_requested(r, g0, n, offset, len);
+        if (r->traced)
+            om_trace_line("commit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
     }
+    free(want);
     free(phys);
     unpin_region(r);
     return st;
@@ -634,7 +753,12 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
     if (st == ORTMEM_OK) {
         for (size_t k = 0; k < n; k++)
             phys[k] = src->slots[src_offset / src->granule + k].phys;
-        st = map_granules(dst, dst_offset / dst->granule, n, phys, access, false);
+        om_hold hold = {0, (uint64_t)len};
+        st = om_account_reserve(&dst->account, 0, hold.mapped);
+        if (st == ORTMEM_OK) {
+            st = map_granules(dst, dst_offset / dst->granule, n, phys, access, false, &hold);
+            release_hold(dst, &hold);
+        }
         if (st != ORTMEM_OK)
             st = om_error_wrap(st, "region share of %zu granules", n);
         else if (dst->traced && src->traced)
@@ -698,7 +822,7 @@ static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool 
         unmapped = false;
         for (size_t q = i; q < i + len; q++) {
             om_phys_poison(b, order[q]);
-            om_ledger_count(&b->ledger.quarantined_mapped, r->granule, b);
+            om_quarantine_mapping(b, &om_no_account, r->granule);
         }
         st = st == ORTMEM_OK ? ORTMEM_E_BACKEND : st;
     }
@@ -744,10 +868,9 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
     if (st == ORTMEM_OK && count && !om_backend_can_copy(b))
         st = OM_ERR(ORTMEM_E_UNSUPPORTED, "region cow: backend '%s' has no copy primitive",
                     b->ops.name);
-    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
-        if (cand[k])
-            st = om_phys_acquire(b, phys_flags(r), &fresh[k]);
-    }
+    om_hold hold = {0, 0};
+    if (st == ORTMEM_OK && count)
+        st = acquire_granules(r, n, cand, fresh, (uint64_t)count * r->granule, &hold);
     if (st == ORTMEM_OK && count)
         st = cow_fill(r, g0, n, cand, fresh, count, &leaked_va);
     /* Swap: unmap the shared granules (one call per run), map the copies. */
@@ -763,13 +886,17 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
                     if (!cand[k])
                         continue;
                     old[k] = r->slots[g0 + k];
-                    r->slots[g0 + k] = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE};
+                    r->slots[g0 + k] =
+                        (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0};
                 }
-                st = map_granules(r, g0, n, fresh, ORTMEM_ACCESS_READ_WRITE, false);
+                st = map_granules(r, g0, n, fresh, ORTMEM_ACCESS_READ_WRITE, false, &hold);
                 if (st == ORTMEM_OK) {
                     for (size_t k = 0; k < n; k++) {
-                        if (old[k].phys)
-                            (void)om_phys_drop(b, old[k].phys);
+                        if (!old[k].phys)
+                            continue;
+                        r->slots[g0 + k].requested_lo = old[k].requested_lo;
+                        r->slots[g0 + k].requested_hi = old[k].requested_hi;
+                        (void)om_phys_drop(b, old[k].phys);
                     }
                     memset(fresh, 0, n * sizeof *fresh);
                 } else {
@@ -796,6 +923,7 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
         if (fresh[k] && !fresh[k]->poisoned)
             (void)om_phys_discard(b, fresh[k]);
     }
+    release_hold(r, &hold);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len, count);
     else if (leaked_va)
@@ -855,10 +983,16 @@ ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortm
         st = OM_ERR(ORTMEM_E_STATE, "region import: granule at offset %zu is already committed",
                     offset);
     om_phys *p = NULL;
-    if (st == ORTMEM_OK)
-        st = om_phys_import(r->backend, fd, &p);
-    if (st == ORTMEM_OK)
-        st = map_granules(r, gi, 1, &p, access, true);
+    om_hold hold = {r->granule, r->granule};
+    if (st == ORTMEM_OK && (st = om_account_reserve(&r->account, hold.owned, hold.mapped)) ==
+                               ORTMEM_OK) {
+        st = om_phys_import(r->backend, fd, &r->account, &p);
+        if (st == ORTMEM_OK) {
+            hold.owned = 0;
+            st = map_granules(r, gi, 1, &p, access, true, &hold);
+        }
+        release_hold(r, &hold);
+    }
     unpin_region(r);
     return st;
 }

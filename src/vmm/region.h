@@ -5,9 +5,10 @@
 #include <stdbool.h>
 #include <ortmem/vmm.h>
 
-/* As ortmem_region_create; traced = false keeps the region's operations out of
- * a recorded trace (an arena records its allocations instead). */
+/* As ortmem_region_create. An arena's region passes traced = false (the
+ * arena records its allocations instead) and report_requested = false (the
+ * arena reports its allocated bytes as the requested content). */
 ortmem_status om_region_create(ortmem_backend *backend, const ortmem_region_options *options,
-                               bool traced, ortmem_region **out);
+                               bool traced, bool report_requested, ortmem_region **out);
 
 #endif

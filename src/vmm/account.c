@@ -1,0 +1,70 @@
+#include "vmm/account.h"
+
+#include <string.h>
+
+#include "core/error.h"
+
+ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const char *what)
+{
+    memset(dst, 0, sizeof *dst);
+    if (!src)
+        return ORTMEM_OK;
+    if (src->struct_size < offsetof(ortmem_account, requested) ||
+        src->struct_size > sizeof(ortmem_account))
+        return OM_ERR(ORTMEM_E_INVALID, "%s: account struct_size %zu (this library knows %zu)",
+                      what, src->struct_size, sizeof(ortmem_account));
+    memcpy(&dst->ops, src, src->struct_size);
+    if (!dst->ops.reserve || !dst->ops.unreserve || !dst->ops.charge || !dst->ops.adopt ||
+        !dst->ops.refund)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "%s: account lacks a required slot (reserve, unreserve, charge, adopt, "
+                      "refund)",
+                      what);
+    dst->set = true;
+    return ORTMEM_OK;
+}
+
+ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (!a->set || (owned == 0 && mapped == 0))
+        return ORTMEM_OK;
+    return a->ops.reserve(a->ops.self, owned, mapped);
+}
+
+void om_account_unreserve(const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (a->set && (owned || mapped))
+        a->ops.unreserve(a->ops.self, owned, mapped);
+}
+
+void om_account_charge(const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (a->set && (owned || mapped))
+        a->ops.charge(a->ops.self, owned, mapped);
+}
+
+void om_account_adopt(const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (a->set && (owned || mapped))
+        a->ops.adopt(a->ops.self, owned, mapped);
+}
+
+void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (a->set && (owned || mapped))
+        a->ops.refund(a->ops.self, owned, mapped);
+}
+
+void om_account_requested(const om_account *a, int64_t delta)
+{
+    if (a->set && delta && a->ops.struct_size > offsetof(ortmem_account, requested) &&
+        a->ops.requested)
+        a->ops.requested(a->ops.self, delta);
+}
+
+void om_account_move(const om_account *from, const om_account *to, uint64_t owned,
+                     uint64_t mapped)
+{
+    om_account_refund(from, owned, mapped);
+    om_account_adopt(to, owned, mapped);
+}

@@ -1,0 +1,28 @@
+/* The accounting seam as vmm uses it: an optional ortmem_account copy whose
+ * calls do nothing when no account is set. */
+#ifndef ORTMEM_SRC_VMM_ACCOUNT_H
+#define ORTMEM_SRC_VMM_ACCOUNT_H
+
+#include <stdbool.h>
+#include <ortmem/vmm.h>
+
+typedef struct om_account {
+    ortmem_account ops;
+    bool set;
+} om_account;
+
+/* Copies src (NULL = none) after checking its struct_size and required slots. */
+ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const char *what);
+
+ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_unreserve(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_charge(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_adopt(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_requested(const om_account *a, int64_t delta);
+
+/* Moves owned and mapped bytes from one account to another. */
+void om_account_move(const om_account *from, const om_account *to, uint64_t owned,
+                     uint64_t mapped);
+
+#endif
