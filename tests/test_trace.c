@@ -3,6 +3,7 @@
  * The replay tests run the built tool as a child process. Its path comes from
  * ORTMEM_REPLAY and the bundled traces' folder from ORTMEM_TRACES_DIR, both
  * set by tests/meson.build. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -213,8 +214,9 @@ static const char *bundled_trace(const char *name)
 }
 
 /* Runs ortmem-replay with args (NULL-terminated). record: ORTMEM_TRACE for the
- * child, or NULL to make sure it records nothing. */
-static run_result replay(const char *record, const char *const *args)
+ * child, or NULL to make sure it records nothing. env: "NAME=value" to set in
+ * the child (replacing NAME's value), or NULL. */
+static run_result replay_env(const char *record, const char *env, const char *const *args)
 {
     const char *argv[32];
     size_t argc = 0;
@@ -226,13 +228,17 @@ static run_result replay(const char *record, const char *const *args)
     size_t envc = 0;
     while (environ[envc])
         envc++;
-    char **envp = calloc(envc + 2, sizeof *envp);
+    char **envp = calloc(envc + 3, sizeof *envp);
     cr_assert_not_null(envp);
     size_t k = 0;
+    size_t env_name = env ? (size_t)(strchr(env, '=') - env) + 1 : 0;
     for (size_t i = 0; i < envc; i++) {
-        if (strncmp(environ[i], "ORTMEM_TRACE=", 13) != 0)
+        if (strncmp(environ[i], "ORTMEM_TRACE=", 13) != 0 &&
+            (!env || strncmp(environ[i], env, env_name) != 0))
             envp[k++] = environ[i];
     }
+    if (env)
+        envp[k++] = (char *)env;
     char trace_var[600];
     if (record) {
         snprintf(trace_var, sizeof trace_var, "ORTMEM_TRACE=%s", record);
@@ -260,6 +266,11 @@ static run_result replay(const char *record, const char *const *args)
     r.out = read_file(out_path);
     r.err = read_file(err_path);
     return r;
+}
+
+static run_result replay(const char *record, const char *const *args)
+{
+    return replay_env(record, NULL, args);
 }
 
 static void run_result_free(run_result *r)
@@ -521,5 +532,199 @@ Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
     cr_assert_eq(json_number(r.out, "overlaps"), 0);
     cr_assert_eq(json_number(r.out, "corruptions"), 0);
     cr_assert(json_true(r.out, "ledger_balanced"));
+    run_result_free(&r);
+}
+
+/* ---- memory over time: --timeline and --plot ---- */
+
+static const char timeline_header[] = "op,line,kind,owned_bytes,mapped_bytes,arena_allocated_bytes,"
+                                      "arena_committed_bytes,pool_bytes";
+
+typedef struct timeline_row {
+    uint64_t op, line;
+    char kind[16];
+    uint64_t owned, mapped, arena_allocated, arena_committed, pool;
+} timeline_row;
+
+/* Reads a timeline CSV: checks its header and parses every row (each must
+ * have all eight fields); returns the rows, *count set. The caller frees. */
+static timeline_row *read_timeline(const char *path, size_t *count)
+{
+    char *text = read_file(path);
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    cr_assert_not_null(line, "%s is empty", path);
+    cr_assert_str_eq(line, timeline_header);
+    size_t cap = 64, n = 0;
+    timeline_row *rows = malloc(cap * sizeof *rows);
+    cr_assert_not_null(rows);
+    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        if (n == cap) {
+            cap *= 2;
+            rows = realloc(rows, cap * sizeof *rows);
+            cr_assert_not_null(rows);
+        }
+        timeline_row *r = &rows[n++];
+        int end = 0;
+        int fields = sscanf(line,
+                            "%" SCNu64 ",%" SCNu64 ",%15[a-z],%" SCNu64 ",%" SCNu64 ",%" SCNu64
+                            ",%" SCNu64 ",%" SCNu64 "%n",
+                            &r->op, &r->line, r->kind, &r->owned, &r->mapped, &r->arena_allocated,
+                            &r->arena_committed, &r->pool, &end);
+        cr_assert(fields == 8 && line[end] == '\0', "row %zu is not 8 fields: '%s'", n, line);
+    }
+    free(text);
+    *count = n;
+    return rows;
+}
+
+Test(trace, timeline_of_the_minimal_trace_has_a_row_per_op_and_ends_at_the_report)
+{
+    const char *csv = tmp_path("minimal.csv");
+    const char *args[] = {bundled_trace("minimal.trace"), "--json", "--timeline", csv, NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    size_t n = 0;
+    timeline_row *rows = read_timeline(csv, &n);
+    uint64_t ops = json_number(r.out, "ops");
+    cr_assert_eq(n, ops, "%zu rows for %" PRIu64 " ops (K = 1 below 20000 ops)", n, ops);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(rows[i].op, i + 1, "row %zu names op %" PRIu64, i + 1, rows[i].op);
+    /* Rows name their trace line and kind: the trace has 2 comment lines. */
+    cr_assert_eq(rows[0].line, 3);
+    cr_assert_str_eq(rows[0].kind, "region");
+    cr_assert_eq(rows[n - 1].line, 14);
+    cr_assert_str_eq(rows[n - 1].kind, "free");
+    /* The arena columns: "alloc w 1MiB", then "alloc x 1000", then "free x". */
+    cr_assert_str_eq(rows[5].kind, "alloc");
+    cr_assert_eq(rows[5].arena_allocated, 1u << 20);
+    cr_assert_eq(rows[6].arena_allocated, (1u << 20) + 1000);
+    cr_assert_eq(rows[7].arena_allocated, 1u << 20);
+    cr_assert_geq(rows[7].arena_committed, rows[7].arena_allocated);
+    cr_assert_eq(rows[n - 1].arena_allocated, 0);
+    /* The last row is the report's "at trace end"; the owned column peaks
+     * at the report's peak. */
+    cr_assert_eq(rows[n - 1].owned, json_number(r.out, "owned_at_trace_end_bytes"));
+    cr_assert_eq(rows[n - 1].mapped, json_number(r.out, "mapped_at_trace_end_bytes"));
+    cr_assert_eq(rows[n - 1].pool, json_number(r.out, "pool_at_trace_end_bytes"));
+    uint64_t peak_owned = 0, peak_mapped = 0;
+    for (size_t i = 0; i < n; i++) {
+        peak_owned = rows[i].owned > peak_owned ? rows[i].owned : peak_owned;
+        peak_mapped = rows[i].mapped > peak_mapped ? rows[i].mapped : peak_mapped;
+    }
+    cr_assert_eq(peak_owned, json_number(r.out, "peak_owned_bytes"));
+    cr_assert_eq(peak_mapped, json_number(r.out, "peak_mapped_bytes"));
+    const char *timeline = strstr(r.out, "\"timeline\": {\"path\": ");
+    cr_assert_not_null(timeline, "%s", r.out);
+    cr_assert_eq(json_number(timeline, "rows"), ops);
+    cr_assert_eq(json_number(timeline, "every_ops"), 1);
+    cr_assert(strstr(r.out, "\"plot\": null") != NULL, "%s", r.out);
+    free(rows);
+    run_result_free(&r);
+}
+
+Test(trace, timeline_of_a_long_trace_has_a_row_every_K_ops_and_after_the_last)
+{
+    /* 20001 ops: K = ceil(20001 / 20000) = 2, rows after ops 2, 4, ..., 20000
+     * and after the last, 20001 (its allocation is left to teardown). */
+    const char *path = tmp_path("long.trace"), *csv = tmp_path("long.csv");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 10000; i++)
+        fprintf(f, "alloc a%d 4096\nfree a%d\n", i, i);
+    fputs("alloc last 4096\n", f);
+    cr_assert_eq(fclose(f), 0);
+    const char *args[] = {path, "--granule", "64KiB", "--timeline", csv, NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    size_t n = 0;
+    timeline_row *rows = read_timeline(csv, &n);
+    cr_assert_eq(n, 10001, "%zu rows", n);
+    for (size_t i = 0; i + 1 < n; i++)
+        cr_assert_eq(rows[i].op, 2 * (i + 1), "row %zu names op %" PRIu64, i + 1, rows[i].op);
+    cr_assert_eq(rows[n - 1].op, 20001);
+    cr_assert_str_eq(rows[n - 1].kind, "alloc");
+    cr_assert_eq(rows[n - 1].arena_allocated, 4096);
+    /* The human report names what it wrote. */
+    char want[600];
+    snprintf(want, sizeof want, "  timeline        %s (10001 rows, one per 2 ops)\n", csv);
+    cr_assert(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
+    free(rows);
+    run_result_free(&r);
+}
+
+/* Whether `gnuplot --version` runs, as ortmem-replay checks it. */
+static bool gnuplot_installed(void)
+{
+    posix_spawn_file_actions_t actions;
+    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    char *argv[] = {(char *)"gnuplot", (char *)"--version", NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, "gnuplot", &actions, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    int wstatus = 0;
+    return rc == 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
+           WEXITSTATUS(wstatus) == 0;
+}
+
+Test(trace, plot_draws_an_svg_with_gnuplot_and_leaves_no_temporary_timeline)
+{
+    if (!gnuplot_installed()) {
+        /* Criterion shows a skip's reason only with --verbose; stderr reaches
+         * the default output and meson's test log. */
+        static const char reason[] = "gnuplot is not installed (apt-get install gnuplot-nox): "
+                                     "--plot is not tested";
+        fprintf(stderr,
+                "SKIP trace::plot_draws_an_svg_with_gnuplot_and_leaves_no_temporary_timeline: %s\n",
+                reason);
+        cr_skip_test("%s", reason);
+    }
+    /* The child's TMPDIR is a folder of its own, so what it leaves there shows. */
+    const char *scratch = tmp_path("scratch");
+    cr_assert_eq(mkdir(scratch, 0700), 0, "mkdir %s: %s", scratch, strerror(errno));
+    char tmpdir_var[600];
+    snprintf(tmpdir_var, sizeof tmpdir_var, "TMPDIR=%s", scratch);
+    const char *svg = tmp_path("minimal.svg");
+    const char *args[] = {bundled_trace("minimal.trace"), "--plot", svg, NULL};
+    run_result r = replay_env(NULL, tmpdir_var, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    char *text = read_file(svg);
+    cr_assert(strstr(text, "<svg") != NULL, "%s is not an SVG:\n%.400s", svg, text);
+    cr_assert(strstr(text, "minimal.trace") != NULL, "the title names the trace");
+    free(text);
+    char want[600];
+    snprintf(want, sizeof want, "  plot            %s\n", svg);
+    cr_assert(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
+    cr_assert(strstr(r.out, "  timeline ") == NULL, "the temporary timeline is not reported");
+    /* The temporary timeline is gone. */
+    DIR *dir = opendir(scratch);
+    cr_assert_not_null(dir);
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL)
+        cr_assert(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0,
+                  "left behind in TMPDIR: %s", e->d_name);
+    closedir(dir);
+    run_result_free(&r);
+}
+
+Test(trace, plot_without_gnuplot_names_the_package_and_replays_nothing)
+{
+    /* A PATH with no gnuplot on it, whether or not this machine has one. */
+    const char *empty = tmp_path("empty-bin");
+    cr_assert_eq(mkdir(empty, 0700), 0, "mkdir %s: %s", empty, strerror(errno));
+    char path_var[600];
+    snprintf(path_var, sizeof path_var, "PATH=%s", empty);
+    const char *svg = tmp_path("none.svg"), *record = tmp_path("none-run.trace");
+    const char *args[] = {bundled_trace("minimal.trace"), "--plot", svg, NULL};
+    run_result r = replay_env(record, path_var, args);
+    cr_assert_eq(r.status, 2, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.err, "gnuplot-nox") != NULL, "stderr: %s", r.err);
+    cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "one line: %s", r.err);
+    cr_assert_str_eq(r.out, "");
+    cr_assert_eq(access(svg, F_OK), -1, "%s was created", svg);
+    char *recorded = read_file(record);
+    cr_assert_str_eq(recorded, "# ortmem trace v1: replay with ortmem-replay\n");
+    free(recorded);
     run_result_free(&r);
 }

@@ -4,6 +4,7 @@
 #include "replay.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +30,20 @@ static const char usage[] =
     "  --seed S               seed for --fault-rate (default 1)\n"
     "  --arena-capacity BYTES VA of the arena that alloc lines use (default: from the trace)\n"
     "  --arena-cache BYTES    empty arena granules kept committed (default 64 MiB)\n"
+    "  --timeline PATH.csv    the ledger after every op as CSV (after every K-th, K =\n"
+    "                         ceil(ops / 20000), and the last): op,line,kind,owned_bytes,\n"
+    "                         mapped_bytes,arena_allocated_bytes,arena_committed_bytes,pool_bytes\n"
+    "  --plot PATH.svg        draw owned, mapped, arena allocated and arena committed MiB\n"
+    "                         against the op with gnuplot (Debian package gnuplot-nox);\n"
+    "                         implies a timeline (a temporary one without --timeline)\n"
     "  --json                 print one JSON object instead of the table\n"
     "  --progress             progress lines on stderr (default when stderr is a terminal)\n"
     "  --no-progress          none\n"
     "  -h, --help             this text\n"
     "\n"
     "Sizes take K/KiB, M/MiB, G/GiB suffixes. Exit status: 0 clean, 1 overlaps,\n"
-    "corruptions or an unbalanced ledger, 2 usage or trace errors. Trace format:\n"
-    "tools/replay/README.md.\n";
+    "corruptions or an unbalanced ledger, 2 usage or trace errors, or an output\n"
+    "that could not be written. Trace format: tools/replay/README.md.\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -86,11 +93,45 @@ static bool parse_fault(const char *text, ortmem_fault_options *fault)
     return true;
 }
 
+/* Where the timeline goes: the --timeline file, or for --plot alone a temp
+ * file unlinked as soon as it is open (nothing is left behind, even by a
+ * killed run). w+: the plot reads it back. */
+static FILE *open_timeline(const char *path)
+{
+    FILE *f = NULL;
+    if (path) {
+        f = fopen(path, "w+");
+        if (!f)
+            fprintf(stderr, "ortmem-replay: cannot write the timeline '%s': %s\n", path,
+                    strerror(errno));
+    } else {
+        const char *dir = getenv("TMPDIR");
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s/ortmem-replay-timeline-XXXXXX", dir && *dir ? dir : "/tmp");
+        int fd = mkstemp(tmp);
+        if (fd >= 0) {
+            (void)unlink(tmp);
+            f = fdopen(fd, "w+");
+            if (!f)
+                close(fd);
+        }
+        if (!f)
+            fprintf(stderr, "ortmem-replay: cannot create a temporary timeline for the plot: %s\n",
+                    strerror(errno));
+    }
+    if (f) {
+        /* gnuplot, the one child, has no use for it. */
+        (void)fcntl(fileno(f), F_SETFD, FD_CLOEXEC);
+        replay_timeline_header(f);
+    }
+    return f;
+}
+
 int main(int argc, char **argv)
 {
     replay_config config = {.arena_cache = (size_t)64 << 20, .progress = isatty(2) != 0};
     ortmem_fault_options fault = ORTMEM_FAULT_OPTIONS_INIT;
-    const char *trace_path = NULL;
+    const char *trace_path = NULL, *timeline_path = NULL, *plot_path = NULL;
     bool json = false, fault_op_given = false, rate_given = false;
 
     for (int i = 1; i < argc; i++) {
@@ -143,6 +184,14 @@ int main(int argc, char **argv)
             config.progress = true;
         } else if (strcmp(name, "--no-progress") == 0) {
             config.progress = false;
+        } else if (strcmp(name, "--timeline") == 0) {
+            if (!*value)
+                return usage_error("%s", "--timeline needs a file name");
+            timeline_path = value;
+        } else if (strcmp(name, "--plot") == 0) {
+            if (!*value)
+                return usage_error("%s", "--plot needs a file name");
+            plot_path = value;
         } else if (strcmp(name, "--backend") == 0) {
             if (strcmp(value, "cpu") != 0)
                 return usage_error("backend '%s' is not available (cpu is)", value);
@@ -188,6 +237,14 @@ int main(int argc, char **argv)
         config.fault_options = fault;
     }
 
+    /* Before anything runs: a replay whose plot cannot be drawn is wasted. */
+    if (plot_path && !replay_plot_available()) {
+        fputs("ortmem-replay: --plot needs gnuplot, which is not installed (Debian: apt-get "
+              "install gnuplot-nox); nothing was replayed\n",
+              stderr);
+        return EXIT_USAGE;
+    }
+
     struct timespec start, stop;
     clock_gettime(CLOCK_MONOTONIC, &start);
     replay_trace trace;
@@ -195,19 +252,81 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     clock_gettime(CLOCK_MONOTONIC, &stop);
 
+    /* Outputs are opened before the replay so an unwritable path costs nothing. */
+    int svg_fd = -1;
+    if (timeline_path || plot_path) {
+        config.timeline = open_timeline(timeline_path);
+        if (!config.timeline) {
+            replay_trace_free(&trace);
+            return EXIT_USAGE;
+        }
+    }
+    if (plot_path) {
+        svg_fd = open(plot_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (svg_fd < 0) {
+            fprintf(stderr, "ortmem-replay: cannot write the plot '%s': %s\n", plot_path,
+                    strerror(errno));
+            fclose(config.timeline);
+            replay_trace_free(&trace);
+            return EXIT_USAGE;
+        }
+    }
+
     replay_result result;
     memset(&result, 0, sizeof result);
     result.parse_seconds =
         (double)(stop.tv_sec - start.tv_sec) + (double)(stop.tv_nsec - start.tv_nsec) / 1e9;
     if (!replay_run(&trace, &config, &result, stderr)) {
+        /* Nothing was replayed: no output stays behind. */
+        if (config.timeline) {
+            fclose(config.timeline);
+            if (timeline_path)
+                (void)remove(timeline_path);
+        }
+        if (svg_fd >= 0) {
+            close(svg_fd);
+            (void)remove(plot_path);
+        }
         replay_trace_free(&trace);
         return EXIT_USAGE;
+    }
+    bool outputs_ok = true;
+    if (config.timeline) {
+        if (fflush(config.timeline) != 0 || ferror(config.timeline)) {
+            fprintf(stderr, "ortmem-replay: writing the timeline failed: %s\n", strerror(errno));
+            result.timeline_failed = true;
+        }
+        outputs_ok = !result.timeline_failed;
+        if (outputs_ok)
+            result.timeline_path = timeline_path;
+    }
+    if (svg_fd >= 0) {
+        const char *title = strcmp(trace_path, "-") == 0 ? "standard input" : trace_path;
+        bool drawn = outputs_ok && replay_plot_draw(config.timeline, svg_fd, title, stderr);
+        if (close(svg_fd) != 0 && drawn) {
+            fprintf(stderr, "ortmem-replay: writing the plot '%s' failed: %s\n", plot_path,
+                    strerror(errno));
+            drawn = false;
+        }
+        if (drawn) {
+            result.plot_path = plot_path;
+        } else {
+            (void)remove(plot_path); /* half an SVG is no plot */
+            outputs_ok = false;
+        }
+    }
+    if (config.timeline && fclose(config.timeline) != 0 && outputs_ok) {
+        fprintf(stderr, "ortmem-replay: writing the timeline failed: %s\n", strerror(errno));
+        result.timeline_path = NULL;
+        outputs_ok = false;
     }
     if (json)
         replay_report_json(stdout, trace_path, &trace, &config, &result);
     else
         replay_report_text(stdout, trace_path, &trace, &config, &result);
     int status = replay_result_clean(&result) ? 0 : EXIT_FOUND_PROBLEMS;
+    if (!outputs_ok)
+        status = EXIT_USAGE;
     if (fflush(stdout) != 0) {
         fprintf(stderr, "ortmem-replay: writing the report failed: %s\n", strerror(errno));
         status = EXIT_USAGE;

@@ -86,6 +86,7 @@ typedef struct replay_config {
     size_t arena_capacity; /* 0 = derived from the trace */
     size_t arena_cache;    /* ortmem_arena_options.cache_bytes */
     bool progress;         /* a line on stderr every 10% */
+    FILE *timeline;        /* CSV rows of the ledger as the replay goes; NULL = none */
 } replay_config;
 
 /* A failed operation, as the report lists it. */
@@ -123,6 +124,12 @@ typedef struct replay_result {
     replay_failure *failures; /* op failures first, then teardown's (line 0) */
     size_t failures_kept;
     double parse_seconds, run_seconds, teardown_seconds;
+    /* Memory over time (--timeline, --plot): a row after every timeline_every
+     * ops and after the last; the paths are set by main once written. */
+    uint64_t timeline_rows;
+    size_t timeline_every;
+    bool timeline_failed; /* a stats call or a write failed: the CSV is incomplete */
+    const char *timeline_path, *plot_path;
 } replay_result;
 
 /* Runs the trace. Returns false (with a message on err) only when the replay
@@ -134,12 +141,35 @@ void replay_result_free(replay_result *result);
 /* True when the replay proved nothing wrong: exit status 0. */
 bool replay_result_clean(const replay_result *result);
 
+/* ---- memory over time (timeline.c) ---- */
+
+/* Rows a timeline holds at most: a K that keeps it under this is chosen. */
+#define REPLAY_TIMELINE_MAX_ROWS 20000
+
+/* K: a row after every K ops, ceil(op_count / REPLAY_TIMELINE_MAX_ROWS), at least 1. */
+size_t replay_timeline_every(size_t op_count);
+/* The CSV's header row. */
+void replay_timeline_header(FILE *timeline);
+/* One row: the op's 1-based index, its line and kind, and the ledger after it.
+ * arena may be NULL (not created yet): its columns are then 0. */
+void replay_timeline_row(FILE *timeline, size_t index, const replay_op *op,
+                         const ortmem_vmm_stats *vmm, const ortmem_arena_stats *arena);
+
+/* True when `gnuplot --version` runs and exits 0. */
+bool replay_plot_available(void);
+/* Draws the timeline (read from its start) as an SVG into svg_fd with gnuplot;
+ * title names the trace. Returns false with a message on err. */
+bool replay_plot_draw(FILE *timeline, int svg_fd, const char *title, FILE *err);
+
 /* ---- reporting ---- */
 
 void replay_report_text(FILE *out, const char *trace_path, const replay_trace *trace,
                         const replay_config *config, const replay_result *result);
 void replay_report_json(FILE *out, const char *trace_path, const replay_trace *trace,
                         const replay_config *config, const replay_result *result);
+
+/* Length of the valid UTF-8 sequence at s (NUL-terminated), or 0 when it is not one. */
+size_t replay_utf8_sequence(const unsigned char *s);
 
 /* Writes s as a JSON string literal, quotes included; invalid UTF-8 becomes U+FFFD. */
 void replay_json_string(FILE *out, const char *s);

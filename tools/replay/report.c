@@ -101,6 +101,16 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
             r->live_allocations_at_end, r->live_regions_at_end);
     fprintf(out, "  time            parse %.3f s, replay %.3f s, teardown %.3f s\n",
             r->parse_seconds, r->run_seconds, r->teardown_seconds);
+    if (r->timeline_path) {
+        fprintf(out, "  timeline        %s (%" PRIu64 " row%s, ", r->timeline_path,
+                r->timeline_rows, plural(r->timeline_rows));
+        if (r->timeline_every == 1)
+            fputs("one per op)\n", out);
+        else
+            fprintf(out, "one per %zu ops)\n", r->timeline_every);
+    }
+    if (r->plot_path)
+        fprintf(out, "  plot            %s\n", r->plot_path);
 
     uint64_t failures = r->failed_ops + r->teardown_failures;
     if (r->failed_ops) {
@@ -145,8 +155,7 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
     }
 }
 
-/* Length of the valid UTF-8 sequence at s, or 0 when it is not one. */
-static size_t utf8_sequence(const unsigned char *s)
+size_t replay_utf8_sequence(const unsigned char *s)
 {
     unsigned char c = s[0];
     size_t len;
@@ -211,7 +220,7 @@ void replay_json_string(FILE *out, const char *s)
             p++;
             continue;
         }
-        size_t len = utf8_sequence(p);
+        size_t len = replay_utf8_sequence(p);
         if (len == 0) {
             fputs("\\ufffd", out);
             p++;
@@ -310,6 +319,20 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
         fputc('}', out);
     }
     fputs(r->failures_kept ? "\n  ],\n" : "],\n", out);
+    if (r->timeline_path) {
+        fputs("  \"timeline\": {\"path\": ", out);
+        replay_json_string(out, r->timeline_path);
+        fprintf(out, ", \"rows\": %" PRIu64 ", \"every_ops\": %zu},\n", r->timeline_rows,
+                r->timeline_every);
+    } else {
+        fputs("  \"timeline\": null,\n", out);
+    }
+    fputs("  \"plot\": ", out);
+    if (r->plot_path)
+        replay_json_string(out, r->plot_path);
+    else
+        fputs("null", out);
+    fputs(",\n", out);
     fprintf(out,
             "  \"parse_seconds\": %.6f,\n  \"run_seconds\": %.6f,\n"
             "  \"teardown_seconds\": %.6f,\n",

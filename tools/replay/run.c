@@ -635,6 +635,32 @@ static bool stats_of(runner *rn, ortmem_vmm_stats *stats)
     return true;
 }
 
+/* The timeline row after op number index (1-based). A failed stats call
+ * stops the timeline: a row with made-up numbers would be worse than none. */
+static void timeline_row(runner *rn, size_t index, const replay_op *op)
+{
+    replay_result *res = rn->result;
+    if (res->timeline_failed)
+        return;
+    ortmem_vmm_stats vmm;
+    memset(&vmm, 0, sizeof vmm);
+    vmm.struct_size = sizeof vmm;
+    ortmem_arena_stats arena;
+    memset(&arena, 0, sizeof arena);
+    arena.struct_size = sizeof arena;
+    ortmem_status st = ortmem_backend_stats(rn->top, &vmm);
+    if (st == ORTMEM_OK && rn->arena)
+        st = ortmem_arena_stats_get(rn->arena, &arena);
+    if (st != ORTMEM_OK) {
+        fprintf(rn->err, "ortmem-replay: timeline stopped at line %" PRIu32 ": %s: %s\n", op->line,
+                ortmem_status_str(st), ortmem_last_error());
+        res->timeline_failed = true;
+        return;
+    }
+    replay_timeline_row(rn->config->timeline, index, op, &vmm, rn->arena ? &arena : NULL);
+    res->timeline_rows++;
+}
+
 static bool open_backend(runner *rn)
 {
     ortmem_cpu_options cpu = ORTMEM_CPU_OPTIONS_INIT;
@@ -782,6 +808,7 @@ bool replay_run(const replay_trace *trace, const replay_config *config, replay_r
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     size_t next_progress = 1;
+    result->timeline_every = replay_timeline_every(trace->op_count);
     for (size_t i = 0; i < trace->op_count; i++) {
         const replay_op *op = &trace->ops[i];
         outcome out = SKIPPED;
@@ -805,6 +832,10 @@ bool replay_run(const replay_trace *trace, const replay_config *config, replay_r
                 result->failed_ops++;
             }
         }
+        /* Every K ops, and the last so the timeline ends where the report's
+         * "at trace end" does. */
+        if (config->timeline && ((i + 1) % result->timeline_every == 0 || i + 1 == trace->op_count))
+            timeline_row(&rn, i + 1, op);
         if (config->progress && (i + 1) * 10 >= next_progress * trace->op_count) {
             while ((i + 1) * 10 >= next_progress * trace->op_count && next_progress <= 10)
                 next_progress++;
