@@ -44,6 +44,9 @@ typedef enum ortmem_status {
     ORTMEM_E_UNAVAILABLE, /* the backend cannot run on this machine */
     ORTMEM_E_QUARANTINED, /* took effect, but granules or VA were quarantined (see stats) */
     ORTMEM_E_IO,          /* a file or socket operation failed */
+    ORTMEM_E_BUDGET,      /* refused: the authority's limit or allowance would be exceeded */
+    ORTMEM_E_TIMEOUT,     /* a wait ended before what it waited for happened */
+    ORTMEM_E_CANCELLED,   /* the request was withdrawn */
     ORTMEM_STATUS_COUNT
 } ortmem_status;
 

@@ -202,6 +202,11 @@ typedef struct ortmem_account {
     void (*refund)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
     /* Optional: the content the caller asked for changed by delta bytes. */
     void (*requested)(void *self, int64_t delta_bytes);
+    /* Optional pair: vmm keeps a copy of the account (a region, an arena, a
+     * granule it owns) between retain and release, so the implementation can
+     * refuse to go away while copies remain. */
+    void (*retain)(void *self);
+    void (*release)(void *self);
 } ortmem_account;
 
 /* Accounts for memory the backend itself holds: granules in the pool, and

@@ -24,6 +24,9 @@ static const char *const om_status_names[ORTMEM_STATUS_COUNT] = {
     [ORTMEM_E_UNAVAILABLE] = "ORTMEM_E_UNAVAILABLE",
     [ORTMEM_E_QUARANTINED] = "ORTMEM_E_QUARANTINED",
     [ORTMEM_E_IO] = "ORTMEM_E_IO",
+    [ORTMEM_E_BUDGET] = "ORTMEM_E_BUDGET",
+    [ORTMEM_E_TIMEOUT] = "ORTMEM_E_TIMEOUT",
+    [ORTMEM_E_CANCELLED] = "ORTMEM_E_CANCELLED",
 };
 
 const char *ortmem_status_str(ortmem_status status)

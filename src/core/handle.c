@@ -107,6 +107,12 @@ static const char *om_kind_name(om_kind kind)
     case OM_KIND_BACKEND: return "backend";
     case OM_KIND_REGION: return "region";
     case OM_KIND_ARENA: return "arena";
+    case OM_KIND_AUTHORITY: return "authority";
+    case OM_KIND_HOLDER: return "holder";
+    case OM_KIND_LEASE: return "lease";
+    case OM_KIND_GRANT: return "grant";
+    case OM_KIND_TICKET: return "ticket";
+    case OM_KIND_FENCE: return "fence";
     }
     return "handle";
 }

@@ -12,6 +12,12 @@ typedef enum om_kind {
     OM_KIND_BACKEND = 1,
     OM_KIND_REGION,
     OM_KIND_ARENA,
+    OM_KIND_AUTHORITY,
+    OM_KIND_HOLDER,
+    OM_KIND_LEASE,
+    OM_KIND_GRANT,
+    OM_KIND_TICKET,
+    OM_KIND_FENCE,
 } om_kind;
 
 /* First member of every handle struct. */

@@ -20,8 +20,29 @@ ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const 
                       "%s: account lacks a required slot (reserve, unreserve, charge, adopt, "
                       "refund)",
                       what);
+    bool has_retain = dst->ops.struct_size >= offsetof(ortmem_account, release) + sizeof(void *);
+    if (!has_retain)
+        dst->ops.retain = NULL, dst->ops.release = NULL;
+    if (!dst->ops.retain != !dst->ops.release)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: account sets only one of retain and release", what);
     dst->set = true;
+    if (dst->ops.retain)
+        dst->ops.retain(dst->ops.self);
     return ORTMEM_OK;
+}
+
+om_account om_account_copy(const om_account *src)
+{
+    if (src->set && src->ops.retain)
+        src->ops.retain(src->ops.self);
+    return *src;
+}
+
+void om_account_drop(om_account *a)
+{
+    if (a->set && a->ops.release)
+        a->ops.release(a->ops.self);
+    a->set = false;
 }
 
 ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped)
@@ -57,7 +78,7 @@ void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped)
 
 void om_account_requested(const om_account *a, int64_t delta)
 {
-    if (a->set && delta && a->ops.struct_size > offsetof(ortmem_account, requested) &&
+    if (a->set && delta && a->ops.struct_size >= offsetof(ortmem_account, requested) + sizeof(void *) &&
         a->ops.requested)
         a->ops.requested(a->ops.self, delta);
 }

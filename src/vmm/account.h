@@ -11,8 +11,12 @@ typedef struct om_account {
     bool set;
 } om_account;
 
-/* Copies src (NULL = none) after checking its struct_size and required slots. */
+/* Copies src (NULL = none) after checking its struct_size and required slots,
+ * and retains it. Every initialised account is dropped with om_account_drop. */
 ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const char *what);
+/* Another retained copy of an initialised account. */
+om_account om_account_copy(const om_account *src);
+void om_account_drop(om_account *a);
 
 ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_unreserve(const om_account *a, uint64_t owned, uint64_t mapped);

@@ -660,6 +660,7 @@ static void release_metadata(ortmem_arena *a)
     map_release(&a->freed);
     free(a->granules);
     free(a->scratch);
+    om_account_drop(&a->account);
     free(a);
 }
 
@@ -690,11 +691,14 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
     ropt.account = opt.account;
     ortmem_region *region = NULL;
     st = om_region_create(backend, &ropt, false, false, &region);
-    if (st != ORTMEM_OK)
+    if (st != ORTMEM_OK) {
+        om_account_drop(&account);
         return om_error_wrap(st, "arena create (capacity %zu)", opt.capacity);
+    }
     ortmem_arena *a = calloc(1, sizeof *a);
     if (!a) {
         (void)ortmem_region_destroy(region);
+        om_account_drop(&account);
         return OM_ERR(ORTMEM_E_NOMEM, "arena create: %zu bytes of bookkeeping", sizeof *a);
     }
     a->region = region;

@@ -149,9 +149,13 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
                     "backend destroy: '%s' leaves %llu quarantined bytes in %llu granules "
                     "deliberately leaked",
                     b->ops.name, (unsigned long long)quarantined, (unsigned long long)granules);
-    for (size_t i = 0; i < b->quarantine_count; i++)
+    for (size_t i = 0; i < b->quarantine_count; i++) {
+        om_account_drop(&b->quarantine[i]->owner);
         free(b->quarantine[i]);
+    }
     free(b->quarantine);
+    om_account_drop(&b->pool_account);
+    om_account_drop(&b->quarantine_account);
     if (b->ops.destroy)
         b->ops.destroy(b->self);
     if (b->inner)
@@ -184,15 +188,20 @@ ortmem_status ortmem_backend_set_accounts(ortmem_backend *b, const ortmem_accoun
         uint64_t stuck_mapped = om_counter_get(&b->ledger.quarantined_mapped);
         om_account_move(&b->pool_account, &pool_account, b->pool.bytes, 0);
         for (size_t i = 0; i < b->pool.count; i++)
-            b->pool.items[i]->owner = pool_account;
+            om_phys_set_owner(b->pool.items[i], &pool_account);
         uint64_t quarantined = 0;
         for (size_t i = 0; i < b->quarantine_count; i++) {
             quarantined += b->quarantine[i]->size;
-            b->quarantine[i]->owner = quarantine_account;
+            om_phys_set_owner(b->quarantine[i], &quarantine_account);
         }
         om_account_move(&b->quarantine_account, &quarantine_account, quarantined, stuck_mapped);
+        om_account_drop(&b->pool_account);
+        om_account_drop(&b->quarantine_account);
         b->pool_account = pool_account;
         b->quarantine_account = quarantine_account;
+    } else {
+        om_account_drop(&pool_account);
+        om_account_drop(&quarantine_account);
     }
     pthread_mutex_unlock(&b->lock);
     om_backend_unpin(b);

@@ -105,6 +105,8 @@ ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner,
 ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p);
 /* Gives back a granule that was acquired but never mapped. */
 ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p);
+/* Moves the granule's owner copy (retaining the new account first). */
+void om_phys_set_owner(om_phys *p, const om_account *owner);
 /* Poisons a granule: it stays owned and is reported, never reused; its charge
  * moves to the quarantine account. */
 void om_phys_poison(ortmem_backend *b, om_phys *p);

@@ -11,6 +11,13 @@ static bool om_poolable(unsigned flags)
     return !(flags & (OM_PHYS_EXPORTABLE | OM_PHYS_IMPORTED));
 }
 
+void om_phys_set_owner(om_phys *p, const om_account *owner)
+{
+    om_account previous = p->owner;
+    p->owner = om_account_copy(owner); /* retain the new one before dropping the old */
+    om_account_drop(&previous);
+}
+
 om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner)
 {
     if (!om_poolable(flags))
@@ -21,7 +28,7 @@ om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account
     om_phys *p = om_pool_take_locked(b);
     if (p) {
         om_account_move(&b->pool_account, owner, p->size, 0);
-        p->owner = *owner;
+        om_phys_set_owner(p, owner);
     }
     pthread_mutex_unlock(&b->lock);
     om_ledger_count(p ? &b->ledger.pool_hits : &b->ledger.pool_misses, 1, b);
@@ -36,7 +43,7 @@ static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, const om_acc
         return OM_ERR(ORTMEM_E_NOMEM, "granule bookkeeping: %zu bytes", sizeof *p);
     p->size = b->granule;
     p->flags = flags;
-    p->owner = *owner;
+    p->owner = om_account_copy(owner);
     *out = p;
     return ORTMEM_OK;
 }
@@ -51,6 +58,7 @@ ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account
     unsigned create_flags = (flags & OM_PHYS_EXPORTABLE) ? ORTMEM_CREATE_EXPORTABLE : 0;
     st = om_backend_create_granule(b, p->size, create_flags, &p->handle);
     if (st != ORTMEM_OK) {
+        om_account_drop(&p->owner);
         free(p);
         return st;
     }
@@ -68,6 +76,7 @@ ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner,
         return st;
     st = om_backend_import(b, fd, p->size, &p->handle);
     if (st != ORTMEM_OK) {
+        om_account_drop(&p->owner);
         free(p);
         return st;
     }
@@ -106,7 +115,7 @@ void om_phys_poison(ortmem_backend *b, om_phys *p)
         om_ledger_count(&b->ledger.quarantined, p->size, b);
         om_ledger_count(&b->ledger.quarantined_granules, 1, b);
         om_account_move(&p->owner, &b->quarantine_account, p->size, 0);
-        p->owner = b->quarantine_account;
+        om_phys_set_owner(p, &b->quarantine_account);
         om_log(ORTMEM_LOG_WARN, "backend '%s': granule of %zu bytes quarantined after: %s",
                b->ops.name, p->size, ortmem_last_error());
     }
@@ -122,6 +131,7 @@ ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
     }
     om_ledger_owned_sub(b, p->size);
     om_account_refund(&p->owner, p->size, 0);
+    om_account_drop(&p->owner);
     free(p);
     return ORTMEM_OK;
 }
@@ -130,11 +140,10 @@ ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p)
 {
     if (om_poolable(p->flags)) {
         pthread_mutex_lock(&b->lock);
-        om_account previous = p->owner;
         bool kept = om_pool_put_locked(b, p);
         if (kept) {
-            om_account_move(&previous, &b->pool_account, p->size, 0);
-            p->owner = b->pool_account;
+            om_account_move(&p->owner, &b->pool_account, p->size, 0);
+            om_phys_set_owner(p, &b->pool_account);
         }
         pthread_mutex_unlock(&b->lock);
         if (kept)

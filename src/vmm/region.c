@@ -361,15 +361,19 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
     if (st != ORTMEM_OK)
         return st;
     st = om_backend_pin(b, "region create");
-    if (st != ORTMEM_OK)
+    if (st != ORTMEM_OK) {
+        om_account_drop(&account);
         return st;
+    }
     size_t g = b->granule;
     if (g > UINT32_MAX) {
         om_backend_unpin(b);
+        om_account_drop(&account);
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "region create: granule %zu above 4 GiB", g);
     }
     if (opt.size > SIZE_MAX - (g - 1)) {
         om_backend_unpin(b);
+        om_account_drop(&account);
         return OM_ERR(ORTMEM_E_OVERFLOW,
                       "region create: %zu bytes rounded to the granule %zu "
                       "overflows",
@@ -381,6 +385,7 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
     if (!r || !slots) {
         free(r);
         om_backend_unpin(b);
+        om_account_drop(&account);
         return OM_ERR(ORTMEM_E_NOMEM, "region create: bookkeeping for %zu granules", size / g);
     }
     r->slots = slots;
@@ -389,6 +394,7 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
         free(slots);
         free(r);
         om_backend_unpin(b);
+        om_account_drop(&account);
         return om_error_wrap(st, "region create (%zu bytes)", size);
     }
     r->backend = b;
@@ -408,6 +414,7 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
         free(slots);
         free(r);
         om_backend_unpin(b);
+        om_account_drop(&account);
         return st;
     }
     om_ledger_count(&b->ledger.reserved, size, b);
@@ -491,6 +498,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
     pthread_mutex_destroy(&r->lock);
     free(r->slots);
     om_backend_unuse(b);
+    om_account_drop(&r->account);
     free(r);
     om_handle_end_destroy();
     return result;
