@@ -50,7 +50,10 @@ typedef struct ortmem_authority_options {
     double aging_per_second;         /* ticket priority gained per second waited; 0 = 1.0 */
 } ortmem_authority_options;
 
-#define ORTMEM_AUTHORITY_OPTIONS_INIT {sizeof(ortmem_authority_options), 0, 0, 0.0}
+#define ORTMEM_AUTHORITY_OPTIONS_INIT                                                              \
+    {                                                                                              \
+        sizeof(ortmem_authority_options), 0, 0, 0.0                                                \
+    }
 
 /* One authority per backend (device): a second one is ORTMEM_E_STATE. Granules
  * the backend's pool holds are charged to the authority's "pool" holder, which
@@ -71,9 +74,9 @@ typedef struct ortmem_limit_outcome {
     size_t struct_size;
     uint64_t old_limit_bytes;
     uint64_t new_limit_bytes;
-    uint64_t reclaimed_bytes;  /* released by holders under pressure for this change */
-    uint64_t charged_bytes;    /* owned + reserved after the change */
-    int holds;                 /* non-zero: charged_bytes <= new_limit_bytes */
+    uint64_t reclaimed_bytes; /* released by holders under pressure for this change */
+    uint64_t charged_bytes;   /* owned + reserved after the change */
+    int holds;                /* non-zero: charged_bytes <= new_limit_bytes */
 } ortmem_limit_outcome;
 
 /* Changes the limit at run time. Lowering is two-phase: holders are asked to
@@ -96,12 +99,15 @@ typedef struct ortmem_holder_options {
     size_t struct_size;
     const char *name; /* copied; "" or NULL = "unnamed" */
     ortmem_role role;
-    int priority;     /* higher is more important; pressure asks the lowest first */
+    int priority;                   /* higher is more important; pressure asks the lowest first */
     ortmem_pressure_fn on_pressure; /* NULL: not reclaimable */
     void *user;
 } ortmem_holder_options;
 
-#define ORTMEM_HOLDER_OPTIONS_INIT {sizeof(ortmem_holder_options), NULL, ORTMEM_ROLE_OTHER, 0, NULL, NULL}
+#define ORTMEM_HOLDER_OPTIONS_INIT                                                                 \
+    {                                                                                              \
+        sizeof(ortmem_holder_options), NULL, ORTMEM_ROLE_OTHER, 0, NULL, NULL                      \
+    }
 
 ORTMEM_API ortmem_status ortmem_holder_register(ortmem_authority *authority,
                                                 const ortmem_holder_options *options,
@@ -194,10 +200,10 @@ ORTMEM_API ortmem_status ortmem_arena_free_after(ortmem_arena *arena, void *ptr,
 
 typedef struct ortmem_release_report {
     size_t struct_size;
-    uint64_t completed;    /* unmapped and refunded */
-    uint64_t quarantined;  /* accounting applied, memory retained (see vmm stats) */
-    uint64_t failed;       /* nothing changed: the memory is still mapped and charged */
-    uint64_t pending;      /* still waiting on their fences */
+    uint64_t completed;   /* unmapped and refunded */
+    uint64_t quarantined; /* accounting applied, memory retained (see vmm stats) */
+    uint64_t failed;      /* nothing changed: the memory is still mapped and charged */
+    uint64_t pending;     /* still waiting on their fences */
     uint64_t released_bytes;
 } ortmem_release_report;
 
@@ -226,12 +232,12 @@ typedef struct ortmem_authority_report {
     size_t struct_size;
     uint64_t limit_bytes;
     uint64_t mapped_allowance_bytes;
-    uint64_t owned_bytes;      /* charged to holders, pool included */
+    uint64_t owned_bytes; /* charged to holders, pool included */
     uint64_t owned_peak_bytes;
     uint64_t mapped_bytes;
-    uint64_t reserved_bytes;   /* open grants, granted tickets, unused lease capacity */
-    uint64_t available_bytes;  /* limit - owned - reserved, floored at 0 */
-    uint64_t refusals;         /* prepares and commits refused for budget */
+    uint64_t reserved_bytes;  /* open grants, granted tickets, unused lease capacity */
+    uint64_t available_bytes; /* limit - owned - reserved, floored at 0 */
+    uint64_t refusals;        /* prepares and commits refused for budget */
     uint64_t pressure_calls;
     uint64_t pressure_released_bytes;
     uint64_t tickets_waiting;
@@ -239,7 +245,7 @@ typedef struct ortmem_authority_report {
     uint64_t by_role_owned[ORTMEM_ROLE_COUNT];
     uint64_t by_role_mapped[ORTMEM_ROLE_COUNT];
     uint64_t by_role_requested[ORTMEM_ROLE_COUNT];
-    size_t holder_count;       /* holders registered (built-in ones included) */
+    size_t holder_count; /* holders registered (built-in ones included) */
 } ortmem_authority_report;
 
 /* Fills report; holders (may be NULL) receives up to holder_capacity holders,
@@ -265,10 +271,7 @@ ORTMEM_API ortmem_status ortmem_authority_format(ortmem_authority *authority,
  * A process-wide registry of devices, each a backend with its authority,
  * created on first use and torn down explicitly. A device id is a value with
  * a generation: an id kept across a teardown is detected as stale. */
-typedef enum ortmem_device_kind {
-    ORTMEM_DEVICE_CPU = 0,
-    ORTMEM_DEVICE_CUDA
-} ortmem_device_kind;
+typedef enum ortmem_device_kind { ORTMEM_DEVICE_CPU = 0, ORTMEM_DEVICE_CUDA } ortmem_device_kind;
 
 typedef struct ortmem_device_id {
     uint32_t slot;
@@ -277,11 +280,14 @@ typedef struct ortmem_device_id {
 
 typedef struct ortmem_device_options {
     size_t struct_size;
-    uint64_t limit_bytes;  /* the authority's limit; 0 = 16 GiB for CPU devices */
-    size_t granule;        /* 0 = the backend's default */
+    uint64_t limit_bytes; /* the authority's limit; 0 = 16 GiB for CPU devices */
+    size_t granule;       /* 0 = the backend's default */
 } ortmem_device_options;
 
-#define ORTMEM_DEVICE_OPTIONS_INIT {sizeof(ortmem_device_options), 0, 0}
+#define ORTMEM_DEVICE_OPTIONS_INIT                                                                 \
+    {                                                                                              \
+        sizeof(ortmem_device_options), 0, 0                                                        \
+    }
 
 /* Returns the device (kind, ordinal), creating its backend and authority on
  * first use with options (ignored afterwards; NULL = defaults). CUDA is
@@ -291,10 +297,10 @@ ORTMEM_API ortmem_status ortmem_device_get(ortmem_device_kind kind, int ordinal,
                                            ortmem_device_id *id);
 /* ORTMEM_E_HANDLE for a stale or unknown id. */
 ORTMEM_API ortmem_status ortmem_device_backend(ortmem_device_id id, ortmem_backend **backend);
-ORTMEM_API ortmem_status ortmem_device_authority(ortmem_device_id id,
-                                                 ortmem_authority **authority);
-/* Destroys every device's authority and backend; ORTMEM_E_BUSY (nothing
- * changes) while any of them is still in use. Ids issued before are stale. */
+ORTMEM_API ortmem_status ortmem_device_authority(ortmem_device_id id, ortmem_authority **authority);
+/* Destroys every device's authority and backend; ids issued before are stale.
+ * A device still in use (ORTMEM_E_BUSY) stays registered and usable, while the
+ * idle ones are gone. */
 ORTMEM_API ortmem_status ortmem_process_teardown(void);
 
 #ifdef __cplusplus

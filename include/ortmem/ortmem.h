@@ -4,5 +4,6 @@
 
 #include <ortmem/core.h>
 #include <ortmem/vmm.h>
+#include <ortmem/governance.h>
 
 #endif /* ORTMEM_ORTMEM_H */

@@ -232,12 +232,15 @@ ORTMEM_API ortmem_status ortmem_pool_reserve(ortmem_backend *backend, size_t byt
 
 typedef struct ortmem_region_options {
     size_t struct_size;
-    size_t size;    /* bytes of VA; rounded up to the granule */
-    unsigned flags; /* ORTMEM_REGION_* */
+    size_t size;                   /* bytes of VA; rounded up to the granule */
+    unsigned flags;                /* ORTMEM_REGION_* */
     const ortmem_account *account; /* copied; charged before every map; NULL = none */
 } ortmem_region_options;
 
-#define ORTMEM_REGION_OPTIONS_INIT {sizeof(ortmem_region_options), 0, 0, NULL}
+#define ORTMEM_REGION_OPTIONS_INIT                                                                 \
+    {                                                                                              \
+        sizeof(ortmem_region_options), 0, 0, NULL                                                  \
+    }
 
 ORTMEM_API ortmem_status ortmem_region_create(ortmem_backend *backend,
                                               const ortmem_region_options *options,
@@ -297,6 +300,10 @@ typedef struct ortmem_granule_info {
 ORTMEM_API ortmem_status ortmem_region_granule_info(ortmem_region *region, size_t offset,
                                                     ortmem_granule_info *info);
 
+/* The account the region charges (a copy, not retained); ORTMEM_E_STATE when
+ * the region has none. */
+ORTMEM_API ortmem_status ortmem_region_account(ortmem_region *region, ortmem_account *account);
+
 /* Exports the physical granule at offset (region created ORTMEM_REGION_EXPORTABLE)
  * as a new file descriptor the caller owns and must close. */
 ORTMEM_API ortmem_status ortmem_region_export(ortmem_region *region, size_t offset, int *fd);
@@ -316,15 +323,18 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
  * except that up to cache_bytes of empty granules stay committed for reuse. */
 typedef struct ortmem_arena_options {
     size_t struct_size;
-    size_t capacity;    /* bytes of VA to reserve; rounded up to the granule */
-    size_t cache_bytes; /* empty granules kept committed; 0 = decommit at once, which
+    size_t capacity;               /* bytes of VA to reserve; rounded up to the granule */
+    size_t cache_bytes;            /* empty granules kept committed; 0 = decommit at once, which
                             costs a create and release per granule crossing without a
                             pool (docs/memory/MEASUREMENTS.md, arena) */
-    size_t min_align;   /* smallest alignment handed out; 0 = 256 */
+    size_t min_align;              /* smallest alignment handed out; 0 = 256 */
     const ortmem_account *account; /* copied; charged before every commit; NULL = none */
 } ortmem_arena_options;
 
-#define ORTMEM_ARENA_OPTIONS_INIT {sizeof(ortmem_arena_options), 0, 0, 0, NULL}
+#define ORTMEM_ARENA_OPTIONS_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ortmem_arena_options), 0, 0, 0, NULL                                                \
+    }
 
 typedef struct ortmem_arena_stats {
     size_t struct_size;

@@ -78,13 +78,13 @@ void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped)
 
 void om_account_requested(const om_account *a, int64_t delta)
 {
-    if (a->set && delta && a->ops.struct_size >= offsetof(ortmem_account, requested) + sizeof(void *) &&
+    if (a->set && delta &&
+        a->ops.struct_size >= offsetof(ortmem_account, requested) + sizeof(void *) &&
         a->ops.requested)
         a->ops.requested(a->ops.self, delta);
 }
 
-void om_account_move(const om_account *from, const om_account *to, uint64_t owned,
-                     uint64_t mapped)
+void om_account_move(const om_account *from, const om_account *to, uint64_t owned, uint64_t mapped)
 {
     om_account_refund(from, owned, mapped);
     om_account_adopt(to, owned, mapped);

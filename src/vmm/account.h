@@ -26,7 +26,6 @@ void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_requested(const om_account *a, int64_t delta);
 
 /* Moves owned and mapped bytes from one account to another. */
-void om_account_move(const om_account *from, const om_account *to, uint64_t owned,
-                     uint64_t mapped);
+void om_account_move(const om_account *from, const om_account *to, uint64_t owned, uint64_t mapped);
 
 #endif

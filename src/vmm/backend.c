@@ -176,13 +176,11 @@ ortmem_status ortmem_backend_set_accounts(ortmem_backend *b, const ortmem_accoun
     om_account pool_account, quarantine_account;
     st = om_account_init(&pool_account, pool, "backend set accounts (pool)");
     if (st == ORTMEM_OK)
-        st = om_account_init(&quarantine_account, quarantine,
-                             "backend set accounts (quarantine)");
+        st = om_account_init(&quarantine_account, quarantine, "backend set accounts (quarantine)");
     pthread_mutex_lock(&b->lock);
     bool clearing = !pool && !quarantine;
     if (st == ORTMEM_OK && !clearing && (b->pool_account.set || b->quarantine_account.set))
-        st = OM_ERR(ORTMEM_E_STATE, "backend set accounts: '%s' has accounts already",
-                    b->ops.name);
+        st = OM_ERR(ORTMEM_E_STATE, "backend set accounts: '%s' has accounts already", b->ops.name);
     if (st == ORTMEM_OK) {
         /* Granules already pooled or quarantined move to the new accounts. */
         uint64_t stuck_mapped = om_counter_get(&b->ledger.quarantined_mapped);

@@ -98,8 +98,7 @@ om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account
 ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account *owner,
                              om_phys **out);
 /* A granule imported from fd, charged to owner. */
-ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner,
-                             om_phys **out);
+ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner, om_phys **out);
 /* Drops one mapper; the last one returns the granule to the pool or releases
  * it. A failed release quarantines it and returns ORTMEM_E_QUARANTINED. */
 ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p);

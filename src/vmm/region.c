@@ -170,8 +170,8 @@ static void poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mappe
  * and needs no capacity), then capacity for the rest, plus mapped_bytes of
  * mapping capacity, is reserved on the account and they are created. On
  * failure everything acquired goes back and nothing stays held. */
-static ortmem_status acquire_granules(ortmem_region *r, size_t n, const bool *want,
-                                      om_phys **phys, uint64_t mapped_bytes, om_hold *hold)
+static ortmem_status acquire_granules(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
+                                      uint64_t mapped_bytes, om_hold *hold)
 {
     ortmem_backend *b = r->backend;
     unsigned flags = (r->flags & ORTMEM_REGION_EXPORTABLE) ? OM_PHYS_EXPORTABLE : 0;
@@ -945,6 +945,22 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
     return st;
 }
 
+ortmem_status ortmem_region_account(ortmem_region *r, ortmem_account *account)
+{
+    om_error_clear();
+    if (!account)
+        return OM_ERR(ORTMEM_E_INVALID, "region account: output is NULL");
+    ortmem_status st = pin_region(r, "region account");
+    if (st != ORTMEM_OK)
+        return st;
+    if (r->account.set)
+        *account = r->account.ops;
+    else
+        st = OM_ERR(ORTMEM_E_STATE, "region account: the region charges no account");
+    unpin_region(r);
+    return st;
+}
+
 /* ---- export / import ---- */
 
 ortmem_status ortmem_region_export(ortmem_region *r, size_t offset, int *fd)
@@ -992,8 +1008,8 @@ ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortm
                     offset);
     om_phys *p = NULL;
     om_hold hold = {r->granule, r->granule};
-    if (st == ORTMEM_OK && (st = om_account_reserve(&r->account, hold.owned, hold.mapped)) ==
-                               ORTMEM_OK) {
+    if (st == ORTMEM_OK &&
+        (st = om_account_reserve(&r->account, hold.owned, hold.mapped)) == ORTMEM_OK) {
         st = om_phys_import(r->backend, fd, &r->account, &p);
         if (st == ORTMEM_OK) {
             hold.owned = 0;

@@ -1,0 +1,122 @@
+/* Internal view of an authority and its holders, shared by the governance
+ * files. Everything here is guarded by the authority's lock unless noted.
+ *
+ * Capacity: a holder's footprint is max(owned + reserved_owned, leased); the
+ * authority's used bytes are the sum of footprints and never exceed the limit
+ * through a reservation (adoptions of memory that already exists may). */
+#ifndef ORTMEM_SRC_GOVERNANCE_AUTHORITY_H
+#define ORTMEM_SRC_GOVERNANCE_AUTHORITY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <ortmem/governance.h>
+
+#include "core/handle.h"
+
+typedef struct om_deferred om_deferred;
+
+struct ortmem_holder {
+    om_handle hdr;
+    ortmem_authority *authority;
+    char name[64];
+    ortmem_role role;
+    int priority;
+    ortmem_pressure_fn on_pressure;
+    void *user;
+    bool builtin; /* the pool and quarantine holders */
+    uint64_t owned, owned_peak, mapped, requested;
+    uint64_t reserved_owned, reserved_mapped;
+    uint64_t leased;
+    uint64_t footprint; /* max(owned + reserved_owned, leased), kept in step */
+    uint64_t retained;  /* account copies held by vmm (regions, arenas, granules) */
+    uint64_t grants_open, tickets_waiting, releases_pending, leases_held;
+    unsigned in_pressure; /* its pressure callback is running */
+};
+
+struct ortmem_lease {
+    om_handle hdr;
+    ortmem_holder *holder;
+    uint64_t bytes;
+    bool released; /* kept until the authority goes, so a second release is a double free */
+    ortmem_lease *next;
+};
+
+struct ortmem_grant {
+    om_handle hdr;
+    ortmem_holder *holder;
+    uint64_t bytes;
+};
+
+struct ortmem_authority {
+    om_handle hdr;
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* capacity freed or a ticket decided */
+    ortmem_backend *backend;
+    uint64_t id; /* stable lock order across authorities */
+    uint64_t limit;
+    uint64_t mapped_allowance;
+    double aging_per_second;
+    uint64_t used;        /* sum of holder footprints */
+    uint64_t mapped_used; /* sum of mapped + reserved_mapped */
+    uint64_t owned_total, owned_peak, mapped_total;
+    uint64_t refusals, pressure_calls, pressure_released;
+    ortmem_holder **holders;
+    size_t holder_count, holder_capacity;
+    ortmem_holder *pool_holder;
+    ortmem_holder *quarantine_holder;
+    ortmem_lease *leases;
+    ortmem_ticket *tickets; /* queue, in arrival order */
+    uint64_t ticket_seq;
+    om_deferred *deferred; /* pending fence-ordered releases */
+    uint64_t deferred_count;
+};
+
+/* Pins an authority handle (registry) for a public call. */
+ortmem_status om_authority_pin(ortmem_authority *a, const char *what);
+void om_authority_unpin(ortmem_authority *a);
+/* Pins a holder and returns its authority, both live. */
+ortmem_status om_holder_pin(ortmem_holder *h, const char *what);
+void om_holder_unpin(ortmem_holder *h);
+
+/* Recomputes h's footprint and the authority totals after h changed. */
+void om_holder_restate(ortmem_authority *a, ortmem_holder *h);
+
+/* Would holder h fit owned_bytes more (and mapped_bytes more)? */
+bool om_fits_locked(const ortmem_authority *a, const ortmem_holder *h, uint64_t owned_bytes,
+                    uint64_t mapped_bytes);
+
+/* Reserves for h, asking reclaimable holders to release when short (unless
+ * pressure is false or the thread is inside a pressure callback). Takes and
+ * releases the lock itself; refusals are ORTMEM_E_BUDGET with the numbers. */
+ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
+                         uint64_t mapped_bytes, bool pressure, const char *what);
+/* Caller holds the lock. */
+void om_unreserve_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
+                         uint64_t mapped_bytes);
+
+/* Asks reclaimable holders (lowest priority first, skipping exclude) to
+ * release until want_bytes came back or everyone was asked once. Called
+ * without the lock. Returns the bytes the callbacks reported. */
+uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, uint64_t want_bytes);
+
+/* The refusal detail: requested, available, limit, largest holders. */
+ortmem_status om_refuse_locked(ortmem_authority *a, const ortmem_holder *h, uint64_t owned_bytes,
+                               uint64_t mapped_bytes, const char *what);
+
+/* Capacity was freed: serve waiting tickets and wake waiters. */
+void om_capacity_freed_locked(ortmem_authority *a);
+
+/* Tickets (ticket.c). */
+void om_tickets_serve_locked(ortmem_authority *a);
+void om_tickets_cancel_all_locked(ortmem_authority *a);
+
+/* Deferred releases (deferred.c). */
+void om_deferred_discard_all(ortmem_authority *a);
+
+/* Grants (grant.c): a grant handle over an already applied reservation. */
+ortmem_status om_grant_new(ortmem_holder *h, uint64_t bytes, ortmem_grant **out);
+
+/* Whether the calling thread is inside a pressure callback. */
+bool om_in_pressure_callback(void);
+
+#endif

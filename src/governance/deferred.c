@@ -1,0 +1,243 @@
+/* Deferred (fence-ordered) release: the memory stays mapped and charged until
+ * the fence completes; poll and drain carry the release out then. The region
+ * or arena must outlive its pending releases (a release whose handle is gone
+ * by then is reported failed). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "governance/fence.h"
+#include "governance/holder.h"
+
+typedef enum om_deferred_kind { OM_DEFER_DECOMMIT, OM_DEFER_ARENA_FREE } om_deferred_kind;
+
+struct om_deferred {
+    om_deferred *next;
+    om_deferred_kind kind;
+    ortmem_region *region;
+    ortmem_arena *arena;
+    size_t offset, len;
+    void *ptr;
+    ortmem_fence *fence;
+    ortmem_holder *holder;
+    bool running; /* a poller is carrying it out */
+};
+
+/* The holder (and so authority) that a region charges, pinned; or an error. */
+static ortmem_status om_holder_of_region(ortmem_region *region, const char *what,
+                                         ortmem_holder **out)
+{
+    ortmem_account account;
+    ortmem_status st = ortmem_region_account(region, &account);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "%s: deferred release needs a region charged to a holder", what);
+    ortmem_holder *h = om_holder_of_account(&account);
+    if (!h)
+        return OM_ERR(ORTMEM_E_STATE, "%s: the region's account is not a holder's", what);
+    st = om_holder_pin(h, what);
+    if (st == ORTMEM_OK)
+        *out = h;
+    return st;
+}
+
+static ortmem_status om_defer(om_deferred *d, ortmem_region *region, ortmem_fence *fence,
+                              const char *what)
+{
+    ortmem_holder *h = NULL;
+    ortmem_status st = om_handle_pin(fence, OM_KIND_FENCE, what);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_holder_of_region(region, what, &h);
+    if (st != ORTMEM_OK) {
+        om_handle_unpin((om_handle *)fence);
+        return st;
+    }
+    om_deferred *entry = malloc(sizeof *entry);
+    if (!entry) {
+        om_holder_unpin(h);
+        om_handle_unpin((om_handle *)fence);
+        return OM_ERR(ORTMEM_E_NOMEM, "%s: bookkeeping", what);
+    }
+    *entry = *d;
+    entry->fence = fence;
+    entry->holder = h;
+    entry->running = false;
+    ortmem_authority *a = h->authority;
+    om_fence_hold(fence);
+    pthread_mutex_lock(&a->lock);
+    entry->next = a->deferred;
+    a->deferred = entry;
+    a->deferred_count++;
+    h->releases_pending++;
+    pthread_mutex_unlock(&a->lock);
+    om_holder_unpin(h);
+    om_handle_unpin((om_handle *)fence);
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_region_decommit_after(ortmem_region *region, size_t offset, size_t len,
+                                           ortmem_fence *fence)
+{
+    om_error_clear();
+    size_t size = ortmem_region_size(region);
+    if (!size)
+        return OM_ERR(ORTMEM_E_HANDLE, "region decommit after: %p is not a live region",
+                      (void *)region);
+    if (len == 0 || offset > size || len > size - offset)
+        return OM_ERR(ORTMEM_E_RANGE, "region decommit after: [%zu, +%zu) outside %zu bytes",
+                      offset, len, size);
+    om_deferred d = {.kind = OM_DEFER_DECOMMIT, .region = region, .offset = offset, .len = len};
+    return om_defer(&d, region, fence, "region decommit after");
+}
+
+ortmem_status ortmem_arena_free_after(ortmem_arena *arena, void *ptr, ortmem_fence *fence)
+{
+    om_error_clear();
+    if (!ptr)
+        return OM_ERR(ORTMEM_E_INVALID, "arena free after: pointer is NULL");
+    ortmem_region *region = ortmem_arena_region(arena);
+    if (!region)
+        return OM_ERR(ORTMEM_E_HANDLE, "arena free after: %p is not a live arena", (void *)arena);
+    om_deferred d = {.kind = OM_DEFER_ARENA_FREE, .arena = arena, .ptr = ptr};
+    return om_defer(&d, region, fence, "arena free after");
+}
+
+static ortmem_status om_carry_out(om_deferred *d)
+{
+    if (d->kind == OM_DEFER_DECOMMIT)
+        return ortmem_region_decommit(d->region, d->offset, d->len);
+    return ortmem_arena_free(d->arena, d->ptr);
+}
+
+ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *report)
+{
+    om_error_clear();
+    if (report && (report->struct_size == 0 || report->struct_size > sizeof *report))
+        return OM_ERR(ORTMEM_E_INVALID, "authority poll: report struct_size %zu unset",
+                      report ? report->struct_size : 0);
+    ortmem_status st = om_authority_pin(a, "authority poll");
+    if (st != ORTMEM_OK)
+        return st;
+    /* Claim the idle entries, then work without the lock. */
+    pthread_mutex_lock(&a->lock);
+    size_t n = 0;
+    for (om_deferred *d = a->deferred; d; d = d->next)
+        n += !d->running;
+    om_deferred **mine = n ? malloc(n * sizeof *mine) : NULL;
+    size_t taken = 0;
+    for (om_deferred *d = a->deferred; mine && d; d = d->next) {
+        if (!d->running) {
+            d->running = true;
+            mine[taken++] = d;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
+    ortmem_status first_failure = ORTMEM_OK;
+    char detail[256] = "";
+    bool *done = taken ? calloc(taken, sizeof *done) : NULL;
+    for (size_t i = 0; done && i < taken; i++) {
+        om_deferred *d = mine[i];
+        if (!om_fence_complete(d->fence))
+            continue;
+        done[i] = true;
+        ortmem_status out = om_carry_out(d);
+        if (out == ORTMEM_OK) {
+            r.completed++;
+            r.released_bytes += d->kind == OM_DEFER_DECOMMIT ? d->len : 0;
+        } else if (out == ORTMEM_E_QUARANTINED) {
+            r.quarantined++;
+        } else {
+            r.failed++;
+            if (first_failure == ORTMEM_OK) {
+                first_failure = out;
+                strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+            }
+        }
+    }
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < taken; i++) {
+        om_deferred *d = mine[i];
+        d->running = false;
+        if (!done || !done[i])
+            continue;
+        om_deferred **link = &a->deferred;
+        while (*link != d)
+            link = &(*link)->next;
+        *link = d->next;
+        a->deferred_count--;
+        d->holder->releases_pending--;
+        om_fence_unhold(d->fence);
+        free(d);
+    }
+    r.pending = a->deferred_count;
+    pthread_mutex_unlock(&a->lock);
+    free(done);
+    free(mine);
+    if (report) {
+        r.struct_size = report->struct_size;
+        memcpy(report, &r, report->struct_size);
+    }
+    om_authority_unpin(a);
+    if (first_failure != ORTMEM_OK)
+        return OM_ERR(first_failure,
+                      "authority poll: %llu releases failed and changed nothing; first: %s",
+                      (unsigned long long)r.failed, detail);
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
+                                     ortmem_release_report *report)
+{
+    om_error_clear();
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    ortmem_release_report total = {sizeof total, 0, 0, 0, 0, 0};
+    ortmem_status st, failure = ORTMEM_OK;
+    char detail[256] = "";
+    for (;;) {
+        ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
+        st = ortmem_authority_poll(a, &r);
+        if (st != ORTMEM_OK && failure == ORTMEM_OK) {
+            failure = st;
+            strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+        }
+        total.completed += r.completed;
+        total.quarantined += r.quarantined;
+        total.failed += r.failed;
+        total.released_bytes += r.released_bytes;
+        total.pending = r.pending;
+        if (st == ORTMEM_E_HANDLE || st == ORTMEM_E_INVALID || r.pending == 0)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t waited =
+            (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (timeout_ms >= 0 && waited >= timeout_ms) {
+            st = OM_ERR(ORTMEM_E_TIMEOUT,
+                        "authority drain: %llu releases still pending after %lld ms",
+                        (unsigned long long)r.pending, (long long)waited);
+            break;
+        }
+        struct timespec pause = {0, 200000}; /* 0.2 ms between polls */
+        nanosleep(&pause, NULL);
+    }
+    if (report && report->struct_size && report->struct_size <= sizeof total) {
+        total.struct_size = report->struct_size;
+        memcpy(report, &total, report->struct_size);
+    }
+    if (st == ORTMEM_OK && failure != ORTMEM_OK)
+        return OM_ERR(failure, "%s", detail);
+    return st;
+}
+
+void om_deferred_discard_all(ortmem_authority *a)
+{
+    for (om_deferred *d = a->deferred, *next; d; d = next) {
+        next = d->next;
+        om_fence_unhold(d->fence);
+        free(d);
+    }
+    a->deferred = NULL;
+    a->deferred_count = 0;
+}

@@ -1,0 +1,124 @@
+/* Fences: the CPU backend's kind completes when signalled; a query fence asks
+ * the engine (which tracks its own streams) through a callback. */
+#include "governance/fence.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "core/handle.h"
+
+struct ortmem_fence {
+    om_handle hdr;
+    atomic_bool signalled;
+    ortmem_fence_query_fn query;
+    void *user;
+    _Atomic uint64_t pending; /* deferred releases waiting on it */
+};
+
+static ortmem_status om_fence_new(ortmem_fence_query_fn query, void *user, ortmem_fence **out)
+{
+    if (!out)
+        return OM_ERR(ORTMEM_E_INVALID, "fence create: out is NULL");
+    ortmem_fence *f = calloc(1, sizeof *f);
+    if (!f)
+        return OM_ERR(ORTMEM_E_NOMEM, "fence create: bookkeeping");
+    f->query = query;
+    f->user = user;
+    ortmem_status st = om_handle_register(&f->hdr, OM_KIND_FENCE);
+    if (st != ORTMEM_OK) {
+        free(f);
+        return st;
+    }
+    *out = f;
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_fence_create(ortmem_fence **out)
+{
+    om_error_clear();
+    return om_fence_new(NULL, NULL, out);
+}
+
+ortmem_status ortmem_fence_create_query(ortmem_fence_query_fn query, void *user, ortmem_fence **out)
+{
+    om_error_clear();
+    if (!query)
+        return OM_ERR(ORTMEM_E_INVALID, "fence create: query is NULL");
+    return om_fence_new(query, user, out);
+}
+
+ortmem_status ortmem_fence_signal(ortmem_fence *f)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(f, OM_KIND_FENCE, "fence signal");
+    if (st != ORTMEM_OK)
+        return st;
+    if (f->query)
+        st = OM_ERR(ORTMEM_E_STATE, "fence signal: a query fence completes when its query says so");
+    else
+        atomic_store(&f->signalled, true);
+    om_handle_unpin(&f->hdr);
+    return st;
+}
+
+bool om_fence_complete(ortmem_fence *f)
+{
+    if (atomic_load(&f->signalled))
+        return true;
+    if (f->query && f->query(f->user)) {
+        atomic_store(&f->signalled, true); /* a completed fence stays complete */
+        return true;
+    }
+    return false;
+}
+
+ortmem_status ortmem_fence_query(ortmem_fence *f)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(f, OM_KIND_FENCE, "fence query");
+    if (st != ORTMEM_OK)
+        return st;
+    bool done = om_fence_complete(f);
+    om_handle_unpin(&f->hdr);
+    return done ? ORTMEM_OK : ORTMEM_E_BUSY;
+}
+
+void om_fence_hold(ortmem_fence *f)
+{
+    atomic_fetch_add(&f->pending, 1);
+}
+
+void om_fence_unhold(ortmem_fence *f)
+{
+    atomic_fetch_sub(&f->pending, 1);
+}
+
+ortmem_status ortmem_fence_destroy(ortmem_fence *f)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(f, OM_KIND_FENCE, "fence destroy");
+    if (st != ORTMEM_OK)
+        return st;
+    uint64_t pending = atomic_load(&f->pending);
+    if (pending) {
+        om_handle_unpin(&f->hdr);
+        return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu deferred releases still wait on it",
+                      (unsigned long long)pending);
+    }
+    st = om_handle_retire(&f->hdr, "fence destroy");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&f->hdr);
+        return st;
+    }
+    /* A release may have been tied to it while the pins drained. */
+    if ((pending = atomic_load(&f->pending)) != 0) {
+        om_handle_revive(&f->hdr);
+        om_handle_unpin(&f->hdr);
+        return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu deferred releases still wait on it",
+                      (unsigned long long)pending);
+    }
+    free(f);
+    om_handle_end_destroy();
+    return ORTMEM_OK;
+}
