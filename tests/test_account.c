@@ -12,6 +12,9 @@ typedef struct recorder {
     int64_t retained;
     uint64_t reserves, refusals;
     uint64_t refuse_above; /* refuse reservations of more owned bytes than this */
+    ortmem_region *region; /* what relieve looks at */
+    uint64_t reliefs;
+    bool stingy; /* relieve finds nothing to release */
 } recorder;
 
 static ortmem_status rec_reserve(void *self, uint64_t owned, uint64_t mapped)
@@ -80,16 +83,16 @@ static void rec_release(void *self)
 
 static ortmem_account account_of(recorder *r)
 {
-    return (ortmem_account){sizeof(ortmem_account),
-                            r,
-                            rec_reserve,
-                            rec_unreserve,
-                            rec_charge,
-                            rec_adopt,
-                            rec_refund,
-                            rec_requested,
-                            rec_retain,
-                            rec_release};
+    return (ortmem_account){.struct_size = sizeof(ortmem_account),
+                            .self = r,
+                            .reserve = rec_reserve,
+                            .unreserve = rec_unreserve,
+                            .charge = rec_charge,
+                            .adopt = rec_adopt,
+                            .refund = rec_refund,
+                            .requested = rec_requested,
+                            .retain = rec_retain,
+                            .release = rec_release};
 }
 
 static ortmem_region *charged_region(ortmem_backend *b, size_t size, const ortmem_account *acct)
@@ -256,5 +259,41 @@ Test(account, an_account_without_required_slots_is_refused)
     acct.release = NULL;
     EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_INVALID);
     cr_assert_eq(rec.retained, 0);
+    OK(ortmem_backend_destroy(b));
+}
+
+/* Relieve runs with none of vmm's locks held: it may use the very region
+ * whose commit was refused, then the commit is tried once more. */
+static uint64_t rec_relieve(void *self, uint64_t owned, uint64_t mapped)
+{
+    recorder *r = self;
+    (void)mapped;
+    r->reliefs++;
+    ortmem_granule_info info = {sizeof info, 0, 0, 0};
+    cr_assert_eq(ortmem_region_granule_info(r->region, 0, &info), ORTMEM_OK);
+    if (r->stingy)
+        return 0;
+    r->refuse_above = owned; /* room was made */
+    return owned;
+}
+
+Test(account, a_refusal_is_relieved_without_locks_and_retried_once, .timeout = 10)
+{
+    ortmem_backend *b = test_backend();
+    recorder rec = {.refuse_above = 0};
+    ortmem_account acct = account_of(&rec);
+    acct.relieve = rec_relieve;
+    rec.region = charged_region(b, 4 * G, &acct);
+    OK(ortmem_region_commit(rec.region, 0, 2 * G));
+    cr_assert_eq(rec.reliefs, 1);
+    cr_assert_eq(rec.refusals, 1);
+    cr_assert_eq(rec.owned, (int64_t)(2 * G));
+    /* A refusal that relief cannot fix is final after one retry. */
+    rec.refuse_above = 0;
+    rec.stingy = true;
+    EXPECT_STATUS(ortmem_region_commit(rec.region, 2 * G, G), ORTMEM_E_BUDGET);
+    cr_assert_eq(rec.reliefs, 2);
+    cr_assert_eq(rec.refusals, 3, "refused, relieved, refused again: no loop");
+    OK(ortmem_region_destroy(rec.region));
     OK(ortmem_backend_destroy(b));
 }

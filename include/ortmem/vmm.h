@@ -207,6 +207,11 @@ typedef struct ortmem_account {
      * refuse to go away while copies remain. */
     void (*retain)(void *self);
     void (*release)(void *self);
+    /* Optional: a reservation of owned/mapped bytes was refused; make room
+     * (ask holders to release) and return the bytes released. vmm calls it
+     * with none of its locks held and then tries once more, so the
+     * implementation's callbacks may use any region or arena. */
+    uint64_t (*relieve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
 } ortmem_account;
 
 /* Accounts for memory the backend itself holds: granules in the pool, and

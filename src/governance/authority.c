@@ -93,8 +93,8 @@ bool om_fits_locked(const ortmem_authority *a, const ortmem_holder *h, uint64_t 
     return true;
 }
 
-static uint64_t om_shortfall_locked(const ortmem_authority *a, const ortmem_holder *h,
-                                    uint64_t owned_bytes, uint64_t mapped_bytes)
+uint64_t om_shortfall_locked(const ortmem_authority *a, const ortmem_holder *h,
+                             uint64_t owned_bytes, uint64_t mapped_bytes)
 {
     uint64_t used = a->used - h->footprint + om_footprint(h, owned_bytes);
     uint64_t owned_short = used > a->limit ? used - a->limit : 0;

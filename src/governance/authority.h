@@ -85,6 +85,10 @@ void om_holder_restate(ortmem_authority *a, ortmem_holder *h);
 bool om_fits_locked(const ortmem_authority *a, const ortmem_holder *h, uint64_t owned_bytes,
                     uint64_t mapped_bytes);
 
+/* Bytes missing for h to fit owned_bytes (or mapped_bytes of allowance). */
+uint64_t om_shortfall_locked(const ortmem_authority *a, const ortmem_holder *h,
+                             uint64_t owned_bytes, uint64_t mapped_bytes);
+
 /* Reserves for h, asking reclaimable holders to release when short (unless
  * pressure is false or the thread is inside a pressure callback). Takes and
  * releases the lock itself; refusals are ORTMEM_E_BUDGET with the numbers. */

@@ -146,10 +146,24 @@ ortmem_status ortmem_holder_unregister(ortmem_holder *h)
 
 /* ---- the account ---- */
 
+/* vmm calls reserve with its locks held: no pressure here (a callback could
+ * wait for those very locks); vmm calls relieve once it dropped them. */
 static ortmem_status acct_reserve(void *self, uint64_t owned, uint64_t mapped)
 {
     ortmem_holder *h = self;
-    return om_reserve(h->authority, h, owned, mapped, true, "commit");
+    return om_reserve(h->authority, h, owned, mapped, false, "commit");
+}
+
+static uint64_t acct_relieve(void *self, uint64_t owned, uint64_t mapped)
+{
+    ortmem_holder *h = self;
+    ortmem_authority *a = h->authority;
+    if (om_in_pressure_callback())
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    uint64_t want = om_shortfall_locked(a, h, owned, mapped);
+    pthread_mutex_unlock(&a->lock);
+    return want ? om_apply_pressure(a, h, want) : 0;
 }
 
 static void acct_unreserve(void *self, uint64_t owned, uint64_t mapped)
@@ -252,6 +266,7 @@ void om_holder_fill_account(ortmem_holder *h, ortmem_account *account)
         .requested = acct_requested,
         .retain = acct_retain,
         .release = acct_release,
+        .relieve = acct_relieve,
     };
 }
 

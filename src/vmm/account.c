@@ -84,6 +84,43 @@ void om_account_requested(const om_account *a, int64_t delta)
         a->ops.requested(a->ops.self, delta);
 }
 
+bool om_account_can_relieve(const om_account *a)
+{
+    return a->set && a->ops.struct_size >= offsetof(ortmem_account, relieve) + sizeof(void *) &&
+           a->ops.relieve;
+}
+
+bool om_account_relieve(const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (!om_account_can_relieve(a))
+        return false;
+    (void)a->ops.relieve(a->ops.self, owned, mapped);
+    return true;
+}
+
+void om_relief_note(om_relief *relief, const om_account *a, uint64_t owned, uint64_t mapped)
+{
+    if (!relief || !a->set)
+        return;
+    if (relief->set)
+        om_account_drop(&relief->account);
+    relief->account = om_account_copy(a);
+    relief->owned = owned;
+    relief->mapped = mapped;
+    relief->set = true;
+}
+
+bool om_relief_run(om_relief *relief, ortmem_status st)
+{
+    if (!relief->set)
+        return false;
+    bool retry = st == ORTMEM_E_BUDGET &&
+                 om_account_relieve(&relief->account, relief->owned, relief->mapped);
+    om_account_drop(&relief->account);
+    relief->set = false;
+    return retry;
+}
+
 void om_account_move(const om_account *from, const om_account *to, uint64_t owned, uint64_t mapped)
 {
     om_account_refund(from, owned, mapped);

@@ -794,24 +794,25 @@ ortmem_status ortmem_arena_destroy(ortmem_arena *a, int force)
 }
 
 static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
-                                bool *fenced);
+                                bool *fenced, om_relief *relief);
 
 /* A commit refused because the region quarantined a granule fences that
  * granule off and searches again, so later allocations go elsewhere. */
-static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, void **ptr)
+static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, void **ptr,
+                                  om_relief *relief)
 {
     ortmem_status st;
     bool fenced;
     int attempts = 0;
     do {
         fenced = false;
-        st = alloc_once(a, size, align, ptr, &fenced);
+        st = alloc_once(a, size, align, ptr, &fenced, relief);
     } while (st != ORTMEM_OK && fenced && ++attempts < 4);
     return st;
 }
 
 static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
-                                bool *fenced)
+                                bool *fenced, om_relief *relief)
 {
     if (!ptr)
         return OM_ERR(ORTMEM_E_INVALID, "arena alloc: ptr output is NULL");
@@ -847,7 +848,10 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
     }
     if (c_first != OM_NONE) {
         /* One call for the run; the region skips granules already mapped. */
-        ortmem_status st = ortmem_region_commit(a->region, c_first * g, (c_last - c_first + 1) * g);
+        /* A refused reservation is relieved by the caller once the arena lock
+         * is dropped (a pressure callback may free into this very arena). */
+        ortmem_status st =
+            om_region_commit_for(a->region, c_first * g, (c_last - c_first + 1) * g, relief);
         for (size_t i = c_first; st != ORTMEM_OK && i <= c_last; i++) {
             if (!a->granules[i].committed && granule_poisoned(a, i))
                 *fenced |= fence_granule(a, i);
@@ -885,16 +889,28 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
     return ORTMEM_OK;
 }
 
-ortmem_status ortmem_arena_alloc(ortmem_arena *a, size_t size, size_t align, void **ptr)
+static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
+                                      om_relief *relief)
 {
     om_error_clear();
     ortmem_status st = pin_arena(a, "arena alloc");
     if (st != ORTMEM_OK)
         return st;
-    st = alloc_locked(a, size, align, ptr);
-    if (st != ORTMEM_OK)
-        a->failed_allocs++;
+    st = alloc_locked(a, size, align, ptr, relief);
+    bool retried =
+        st == ORTMEM_E_BUDGET && relief && relief->set && om_account_can_relieve(&relief->account);
+    if (st != ORTMEM_OK && !retried)
+        a->failed_allocs++; /* a refusal about to be relieved and retried is not final */
     unpin_arena(a);
+    return st;
+}
+
+ortmem_status ortmem_arena_alloc(ortmem_arena *a, size_t size, size_t align, void **ptr)
+{
+    om_relief relief = {0};
+    ortmem_status st = arena_alloc_once(a, size, align, ptr, &relief);
+    if (om_relief_run(&relief, st))
+        st = arena_alloc_once(a, size, align, ptr, NULL);
     return st;
 }
 

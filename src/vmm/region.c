@@ -41,6 +41,7 @@ struct ortmem_region {
     bool report_requested; /* an arena reports its allocations instead */
     uint64_t id;           /* lock order between regions, and the trace id */
     om_account account;
+    om_relief *relief; /* where a refused reservation is noted, while locked */
     om_slot *slots;
 };
 
@@ -185,8 +186,11 @@ static ortmem_status acquire_granules(ortmem_region *r, size_t n, const bool *wa
     }
     *hold = (om_hold){(uint64_t)(needed - pooled) * r->granule, mapped_bytes};
     ortmem_status st = om_account_reserve(&r->account, hold->owned, hold->mapped);
-    if (st != ORTMEM_OK)
+    if (st != ORTMEM_OK) {
+        if (st == ORTMEM_E_BUDGET)
+            om_relief_note(r->relief, &r->account, hold->owned, hold->mapped);
         *hold = (om_hold){0, 0};
+    }
     for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
         if (!want[k] || phys[k])
             continue;
@@ -581,12 +585,13 @@ static void note_requested(ortmem_region *r, size_t g0, size_t n, size_t offset,
     om_account_requested(&r->account, delta);
 }
 
-ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
+ortmem_status om_region_commit_for(ortmem_region *r, size_t offset, size_t len, om_relief *relief)
 {
     om_error_clear();
     ortmem_status st = pin_region(r, "region commit");
     if (st != ORTMEM_OK)
         return st;
+    r->relief = relief;
     st = check_range(r, offset, len, "region commit");
     size_t g0 = offset / r->granule;
     size_t n = st == ORTMEM_OK ? (offset + len - 1) / r->granule + 1 - g0 : 0;
@@ -617,7 +622,17 @@ ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
     }
     free(want);
     free(phys);
+    r->relief = NULL;
     unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
+{
+    om_relief relief = {0};
+    ortmem_status st = om_region_commit_for(r, offset, len, &relief);
+    if (om_relief_run(&relief, st))
+        st = om_region_commit_for(r, offset, len, NULL);
     return st;
 }
 
@@ -737,8 +752,9 @@ static ortmem_status check_share(ortmem_region *dst, size_t dst_offset, ortmem_r
     return ORTMEM_OK;
 }
 
-ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
-                                  size_t src_offset, size_t len, ortmem_access access)
+static ortmem_status region_share_once(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
+                                       size_t src_offset, size_t len, ortmem_access access,
+                                       om_relief *relief)
 {
     om_error_clear();
     if (access != ORTMEM_ACCESS_NONE && access != ORTMEM_ACCESS_READ &&
@@ -753,6 +769,7 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
         return st;
     }
     lock_pair(dst, src);
+    dst->relief = relief;
     st = check_share(dst, dst_offset, src, src_offset, len);
     size_t n = st == ORTMEM_OK ? len / dst->granule : 0;
     om_phys **phys = n ? calloc(n, sizeof *phys) : NULL;
@@ -763,6 +780,8 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
             phys[k] = src->slots[src_offset / src->granule + k].phys;
         om_hold hold = {0, (uint64_t)len};
         st = om_account_reserve(&dst->account, 0, hold.mapped);
+        if (st == ORTMEM_E_BUDGET)
+            om_relief_note(dst->relief, &dst->account, 0, hold.mapped);
         if (st == ORTMEM_OK) {
             st = map_granules(dst, dst_offset / dst->granule, n, phys, access, false, &hold);
             release_hold(dst, &hold);
@@ -777,9 +796,20 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
                                                              : "none");
     }
     free(phys);
+    dst->relief = NULL;
     unlock_pair(dst, src);
     om_handle_unpin(&src->hdr);
     om_handle_unpin(&dst->hdr);
+    return st;
+}
+
+ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
+                                  size_t src_offset, size_t len, ortmem_access access)
+{
+    om_relief relief = {0};
+    ortmem_status st = region_share_once(dst, dst_offset, src, src_offset, len, access, &relief);
+    if (om_relief_run(&relief, st))
+        st = region_share_once(dst, dst_offset, src, src_offset, len, access, NULL);
     return st;
 }
 
@@ -843,12 +873,13 @@ static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool 
     return st;
 }
 
-ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
+static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len, om_relief *relief)
 {
     om_error_clear();
     ortmem_status st = pin_region(r, "region cow");
     if (st != ORTMEM_OK)
         return st;
+    r->relief = relief;
     ortmem_backend *b = r->backend;
     st = check_range(r, offset, len, "region cow");
     size_t g0 = offset / r->granule;
@@ -941,7 +972,17 @@ ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
                     offset, len, count * r->granule);
     free(cand);
     free(fresh);
+    r->relief = NULL;
     unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
+{
+    om_relief relief = {0};
+    ortmem_status st = region_cow_once(r, offset, len, &relief);
+    if (om_relief_run(&relief, st))
+        st = region_cow_once(r, offset, len, NULL);
     return st;
 }
 
@@ -988,7 +1029,8 @@ ortmem_status ortmem_region_export(ortmem_region *r, size_t offset, int *fd)
     return st;
 }
 
-ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortmem_access access)
+static ortmem_status region_import_once(ortmem_region *r, size_t offset, int fd,
+                                        ortmem_access access, om_relief *relief)
 {
     om_error_clear();
     if (fd < 0)
@@ -1008,8 +1050,12 @@ ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortm
                     offset);
     om_phys *p = NULL;
     om_hold hold = {r->granule, r->granule};
-    if (st == ORTMEM_OK &&
-        (st = om_account_reserve(&r->account, hold.owned, hold.mapped)) == ORTMEM_OK) {
+    if (st == ORTMEM_OK) {
+        st = om_account_reserve(&r->account, hold.owned, hold.mapped);
+        if (st == ORTMEM_E_BUDGET)
+            om_relief_note(relief, &r->account, hold.owned, hold.mapped);
+    }
+    if (st == ORTMEM_OK) {
         st = om_phys_import(r->backend, fd, &r->account, &p);
         if (st == ORTMEM_OK) {
             hold.owned = 0;
@@ -1018,5 +1064,14 @@ ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortm
         release_hold(r, &hold);
     }
     unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_import(ortmem_region *r, size_t offset, int fd, ortmem_access access)
+{
+    om_relief relief = {0};
+    ortmem_status st = region_import_once(r, offset, fd, access, &relief);
+    if (om_relief_run(&relief, st))
+        st = region_import_once(r, offset, fd, access, NULL);
     return st;
 }
