@@ -82,6 +82,7 @@ void report_page_faults(benchmark::State &state, uint64_t before);
 
 void register_granule_benchmarks();
 void register_arena_benchmarks();
+void register_governance_benchmarks();
 
 // Handle of libjemalloc.so.2 opened RTLD_LOCAL | RTLD_DEEPBIND, or NULL with
 // the reason in jemalloc_missing_reason(). Opened once, at start-up.

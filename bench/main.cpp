@@ -188,6 +188,7 @@ int main(int argc, char **argv)
     ortmem_bench::add_machine_context();
     ortmem_bench::register_granule_benchmarks();
     ortmem_bench::register_arena_benchmarks();
+    ortmem_bench::register_governance_benchmarks();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -132,7 +132,7 @@ ortmem_status ortmem_device_backend(ortmem_device_id id, ortmem_backend **backen
     om_error_clear();
     if (!backend)
         return OM_ERR(ORTMEM_E_INVALID, "device backend: output is NULL");
-    om_device d;
+    om_device d = {0};
     ortmem_status st = om_lookup(id, "device backend", &d);
     if (st == ORTMEM_OK)
         *backend = d.backend;
@@ -144,7 +144,7 @@ ortmem_status ortmem_device_authority(ortmem_device_id id, ortmem_authority **au
     om_error_clear();
     if (!authority)
         return OM_ERR(ORTMEM_E_INVALID, "device authority: output is NULL");
-    om_device d;
+    om_device d = {0};
     ortmem_status st = om_lookup(id, "device authority", &d);
     if (st == ORTMEM_OK)
         *authority = d.authority;
