@@ -300,7 +300,8 @@ ORTMEM_API ortmem_status ortmem_device_backend(ortmem_device_id id, ortmem_backe
 ORTMEM_API ortmem_status ortmem_device_authority(ortmem_device_id id, ortmem_authority **authority);
 /* Destroys every device's authority and backend; ids issued before are stale.
  * A device still in use (ORTMEM_E_BUSY) stays registered and usable, while the
- * idle ones are gone. */
+ * idle ones are gone. While it runs, ortmem_device_get of a device not yet
+ * registered is ORTMEM_E_BUSY. */
 ORTMEM_API ortmem_status ortmem_process_teardown(void);
 
 #ifdef __cplusplus

@@ -210,7 +210,8 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
     for (size_t i = 0; asked && i < a->holder_count; i++) {
         ortmem_holder *h = a->holders[i];
         /* Pinned so that it stays registered while its callback runs. */
-        if (h != exclude && h->on_pressure &&
+        /* A holder with nothing charged or held has nothing to give back. */
+        if (h != exclude && h->on_pressure && h->footprint &&
             om_handle_pin(h, OM_KIND_HOLDER, "pressure") == ORTMEM_OK) {
             h->in_pressure++;
             asked[n++] = h;

@@ -35,7 +35,9 @@ struct ortmem_holder {
 
 struct ortmem_lease {
     om_handle hdr;
-    ortmem_holder *holder;
+    ortmem_authority *authority;
+    ortmem_holder *holder; /* dangling once released: the holder may be gone */
+    char holder_name[64];  /* for the double-free detail */
     uint64_t bytes;
     bool released; /* kept until the authority goes, so a second release is a double free */
     ortmem_lease *next;

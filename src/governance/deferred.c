@@ -208,7 +208,9 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
         total.failed += r.failed;
         total.released_bytes += r.released_bytes;
         total.pending = r.pending;
-        if (st == ORTMEM_E_HANDLE || st == ORTMEM_E_INVALID || r.pending == 0)
+        /* A failed release is reported and the others are waited for; only a
+         * poll that could not run at all (bad handle or report) ends early. */
+        if ((st != ORTMEM_OK && r.failed == 0) || r.pending == 0)
             break;
         clock_gettime(CLOCK_MONOTONIC, &now);
         int64_t waited =

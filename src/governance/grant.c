@@ -200,11 +200,12 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
         pthread_mutex_unlock(&a->lock);
     }
     if (st != ORTMEM_OK && made) {
-        /* Bookkeeping failed part way: abort what was made, drop the rest. */
+        /* Bookkeeping failed part way (at claim made - 1): abort what was
+         * made, drop the reservations of the rest, the failed one included. */
         for (size_t i = 0; i < count; i++) {
             if (i < made - 1) {
                 (void)ortmem_grant_abort(grants[c[i].index]);
-            } else if (i >= made) {
+            } else {
                 ortmem_authority *a = c[i].holder->authority;
                 pthread_mutex_lock(&a->lock);
                 om_unreserve_locked(a, c[i].holder, c[i].bytes, c[i].bytes);

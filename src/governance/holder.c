@@ -158,10 +158,12 @@ static uint64_t acct_relieve(void *self, uint64_t owned, uint64_t mapped)
 {
     ortmem_holder *h = self;
     ortmem_authority *a = h->authority;
-    if (om_in_pressure_callback())
-        return 0;
     pthread_mutex_lock(&a->lock);
-    uint64_t want = om_shortfall_locked(a, h, owned, mapped);
+    /* vmm tries once more after every relieve, so the refusal relieved here
+     * is not final and is not counted; the retry counts if refused again. */
+    if (a->refusals)
+        a->refusals--;
+    uint64_t want = om_in_pressure_callback() ? 0 : om_shortfall_locked(a, h, owned, mapped);
     pthread_mutex_unlock(&a->lock);
     return want ? om_apply_pressure(a, h, want) : 0;
 }

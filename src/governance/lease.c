@@ -1,6 +1,7 @@
 /* Leases: standing claims on capacity. A released lease stays registered as a
  * tombstone until its authority goes, so a second release is told apart
  * (ORTMEM_E_DOUBLE_FREE) from a lease of a destroyed authority (ORTMEM_E_HANDLE). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -31,7 +32,9 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
         om_holder_unpin(h);
         return OM_ERR(ORTMEM_E_NOMEM, "lease acquire: bookkeeping");
     }
+    l->authority = a;
     l->holder = h;
+    snprintf(l->holder_name, sizeof l->holder_name, "%s", h->name);
     l->bytes = bytes;
     st = om_handle_register(&l->hdr, OM_KIND_LEASE);
     if (st != ORTMEM_OK) {
@@ -71,15 +74,17 @@ ortmem_status ortmem_lease_release(ortmem_lease *l)
     ortmem_status st = om_handle_pin(l, OM_KIND_LEASE, "lease release");
     if (st != ORTMEM_OK)
         return st;
-    ortmem_holder *h = l->holder;
-    ortmem_authority *a = h->authority;
+    /* A released lease's holder may have unregistered since: only the
+     * authority (which keeps the tombstone) is safe to reach. */
+    ortmem_authority *a = l->authority;
     pthread_mutex_lock(&a->lock);
     if (l->released) {
         st = OM_ERR(ORTMEM_E_DOUBLE_FREE,
                     "lease release: the lease of %llu bytes for '%s' was "
                     "released already",
-                    (unsigned long long)l->bytes, h->name);
+                    (unsigned long long)l->bytes, l->holder_name);
     } else {
+        ortmem_holder *h = l->holder; /* live: its held lease keeps it registered */
         l->released = true;
         h->leases_held--;
         om_lease_restate_locked(a, h);

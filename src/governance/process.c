@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "vmm/backend.h"
 #include <ortmem/governance.h>
 
 #define OM_DEVICE_SLOTS 64
@@ -25,6 +26,7 @@ typedef struct om_device {
 
 static pthread_mutex_t om_devices_lock = PTHREAD_MUTEX_INITIALIZER;
 static om_device om_devices[OM_DEVICE_SLOTS];
+static bool om_tearing_down; /* a teardown is running: no device may be built */
 
 static bool om_find_locked(ortmem_device_kind kind, int ordinal, ortmem_device_id *id)
 {
@@ -77,16 +79,19 @@ ortmem_status ortmem_device_get(ortmem_device_kind kind, int ordinal,
     }
     pthread_mutex_lock(&om_devices_lock);
     bool found = om_find_locked(kind, ordinal, id);
+    bool tearing_down = om_tearing_down;
     pthread_mutex_unlock(&om_devices_lock);
     if (found)
         return ORTMEM_OK;
+    if (tearing_down)
+        return OM_ERR(ORTMEM_E_BUSY, "device get: a process teardown is running; ask again after");
     ortmem_backend *backend = NULL;
     ortmem_authority *authority = NULL;
     ortmem_status st = om_build(kind, ordinal, &opt, &backend, &authority);
     if (st != ORTMEM_OK)
         return st;
     pthread_mutex_lock(&om_devices_lock);
-    bool raced = om_find_locked(kind, ordinal, id);
+    bool raced = om_find_locked(kind, ordinal, id) || om_tearing_down;
     uint32_t slot = OM_DEVICE_SLOTS;
     for (uint32_t i = 0; !raced && i < OM_DEVICE_SLOTS && slot == OM_DEVICE_SLOTS; i++) {
         if (!om_devices[i].live)
@@ -109,6 +114,12 @@ ortmem_status ortmem_device_get(ortmem_device_kind kind, int ordinal,
         if (!raced)
             return OM_ERR(ORTMEM_E_NOMEM, "device get: all %d device slots are in use",
                           OM_DEVICE_SLOTS);
+        pthread_mutex_lock(&om_devices_lock);
+        found = om_find_locked(kind, ordinal, id);
+        pthread_mutex_unlock(&om_devices_lock);
+        if (!found)
+            return OM_ERR(ORTMEM_E_BUSY,
+                          "device get: a process teardown is running; ask again after");
     }
     return ORTMEM_OK;
 }
@@ -151,6 +162,20 @@ ortmem_status ortmem_device_authority(ortmem_device_id id, ortmem_authority **au
     return st;
 }
 
+/* Users of a device's backend besides its own authority (regions, arenas,
+ * wrapping backends). Checked before the authority goes, so that a device
+ * whose backend cannot be destroyed stays whole. */
+static uint64_t om_backend_other_users(ortmem_backend *b)
+{
+    if (om_backend_pin(b, "process teardown") != ORTMEM_OK)
+        return 0;
+    pthread_mutex_lock(&b->lock);
+    uint64_t users = b->users;
+    pthread_mutex_unlock(&b->lock);
+    om_backend_unpin(b);
+    return users > 1 ? users - 1 : 0;
+}
+
 ortmem_status ortmem_process_teardown(void)
 {
     om_error_clear();
@@ -158,6 +183,11 @@ ortmem_status ortmem_process_teardown(void)
      * they go; a device still in use goes back in, untouched. */
     om_device taken[OM_DEVICE_SLOTS];
     pthread_mutex_lock(&om_devices_lock);
+    if (om_tearing_down) {
+        pthread_mutex_unlock(&om_devices_lock);
+        return OM_ERR(ORTMEM_E_BUSY, "process teardown: another teardown is running");
+    }
+    om_tearing_down = true;
     for (uint32_t i = 0; i < OM_DEVICE_SLOTS; i++) {
         taken[i] = om_devices[i];
         om_devices[i].live = false;
@@ -168,7 +198,13 @@ ortmem_status ortmem_process_teardown(void)
     for (uint32_t i = 0; i < OM_DEVICE_SLOTS; i++) {
         if (!taken[i].live)
             continue;
-        ortmem_status st = ortmem_authority_destroy(taken[i].authority);
+        uint64_t others = om_backend_other_users(taken[i].backend);
+        ortmem_status st = others
+                               ? OM_ERR(ORTMEM_E_BUSY,
+                                        "device %u: backend '%s' still has %llu users besides its "
+                                        "authority (regions, arenas or wrapping backends)",
+                                        i, taken[i].backend->ops.name, (unsigned long long)others)
+                               : ortmem_authority_destroy(taken[i].authority);
         if (st == ORTMEM_OK) {
             st = ortmem_backend_destroy(taken[i].backend);
             if (st == ORTMEM_E_QUARANTINED)
@@ -185,6 +221,7 @@ ortmem_status ortmem_process_teardown(void)
         if (taken[i].live)
             om_devices[i].live = true; /* still in use: back in the registry */
     }
+    om_tearing_down = false;
     pthread_mutex_unlock(&om_devices_lock);
     if (result != ORTMEM_OK)
         return OM_ERR(result,

@@ -1,5 +1,6 @@
 /* The ledger report: per holder and role, as numbers, a table or JSON. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,7 +126,7 @@ static void om_json_string(om_text *t, const char *s)
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\')
             om_put(t, "\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f)
+        else if (*p < 0x20 || *p == 0x7f) /* UTF-8 names pass through as they are */
             om_put(t, "\\u%04x", *p);
         else
             om_put(t, "%c", *p);
@@ -136,11 +137,19 @@ static void om_json_string(om_text *t, const char *s)
 static void om_format_table(om_text *t, const ortmem_authority_report *r,
                             const ortmem_holder_report *h, size_t n)
 {
+    /* A limit this large stands for "no budget" (an authority kept for its
+     * ledger alone): say so rather than print 8 million TiB. */
+    bool unlimited = r->limit_bytes >= ((uint64_t)1 << 62);
+    char limit[48] = "none", available[48] = "unlimited";
+    if (!unlimited) {
+        snprintf(limit, sizeof limit, "%.2f MiB", om_mib(r->limit_bytes));
+        snprintf(available, sizeof available, "%.2f MiB", om_mib(r->available_bytes));
+    }
     om_put(t,
-           "authority: limit %.2f MiB, owned %.2f MiB (peak %.2f), reserved %.2f MiB, "
-           "available %.2f MiB, mapped %.2f MiB\n",
-           om_mib(r->limit_bytes), om_mib(r->owned_bytes), om_mib(r->owned_peak_bytes),
-           om_mib(r->reserved_bytes), om_mib(r->available_bytes), om_mib(r->mapped_bytes));
+           "authority: limit %s, owned %.2f MiB (peak %.2f), reserved %.2f MiB, available %s, "
+           "mapped %.2f MiB\n",
+           limit, om_mib(r->owned_bytes), om_mib(r->owned_peak_bytes), om_mib(r->reserved_bytes),
+           available, om_mib(r->mapped_bytes));
     om_put(t,
            "refusals %llu, pressure calls %llu (released %.2f MiB), tickets waiting %llu, "
            "releases pending %llu\n\n",

@@ -130,6 +130,11 @@ ortmem_status ortmem_ticket_submit(ortmem_holder *h, uint64_t bytes, int priorit
         st = OM_ERR(ORTMEM_E_BUDGET,
                     "ticket submit: '%s' asks %llu bytes, more than the limit %llu could ever give",
                     h->name, (unsigned long long)bytes, (unsigned long long)a->limit);
+    else if (a->mapped_allowance && a->mapped_allowance < bytes)
+        st = OM_ERR(ORTMEM_E_BUDGET,
+                    "ticket submit: '%s' asks %llu bytes, more than the mapped allowance %llu "
+                    "could ever give",
+                    h->name, (unsigned long long)bytes, (unsigned long long)a->mapped_allowance);
     if (st == ORTMEM_OK) {
         t->seq = ++a->ticket_seq;
         ortmem_ticket **link = &a->tickets;

@@ -852,9 +852,16 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
          * is dropped (a pressure callback may free into this very arena). */
         ortmem_status st =
             om_region_commit_for(a->region, c_first * g, (c_last - c_first + 1) * g, relief);
-        for (size_t i = c_first; st != ORTMEM_OK && i <= c_last; i++) {
-            if (!a->granules[i].committed && granule_poisoned(a, i))
-                *fenced |= fence_granule(a, i);
+        if (st != ORTMEM_OK) {
+            /* Looking for poisoned granules goes through the region, which
+             * clears the thread's detail: keep the commit's own. */
+            char detail[512];
+            snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+            for (size_t i = c_first; i <= c_last; i++) {
+                if (!a->granules[i].committed && granule_poisoned(a, i))
+                    *fenced |= fence_granule(a, i);
+            }
+            (void)ortmem_error_set(st, "%s", detail);
         }
         if (st != ORTMEM_OK)
             return om_error_wrap(st,

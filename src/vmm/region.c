@@ -614,7 +614,8 @@ ortmem_status om_region_commit_for(ortmem_region *r, size_t offset, size_t len, 
         release_hold(r, &hold);
     }
     if (st != ORTMEM_OK) {
-        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granules", offset, len, wanted);
+        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granule%s", offset, len, wanted,
+                           wanted == 1 ? "" : "s");
     } else {
         note_requested(r, g0, n, offset, len);
         if (r->traced)
