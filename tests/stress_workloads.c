@@ -339,3 +339,282 @@ stress_outcome stress_arena_alloc_free(void)
     (void)ortmem_backend_destroy(b);
     return (stress_outcome){NULL, ""};
 }
+
+/* ---- grants racing for one authority ---- */
+
+#define RACE_LIMIT_GRANULES 32
+#define RACE_REGION_GRANULES 24
+#define RACE_GRANTS 3
+#define RACE_ITERATIONS 1500
+
+typedef struct race_worker {
+    ortmem_authority *authority;
+    ortmem_backend *backend;
+    ortmem_holder *holder;
+    char name[16];
+    uint64_t seed;
+    atomic_int *go; /* the watcher runs: start */
+    int failures;   /* calls that failed for another reason than the budget */
+    int refused;    /* ORTMEM_E_BUDGET refusals */
+    int succeeded;  /* reservations (prepares, commits) that went through */
+    int changed;    /* refusals that changed this thread's own holder */
+    char detail[256];
+} race_worker;
+
+typedef struct race_watch {
+    ortmem_authority *authority;
+    uint64_t limit;
+    atomic_int go; /* set by the watcher once it runs: the workers start */
+    atomic_int done;
+    uint64_t samples;
+    uint64_t over; /* samples with owned + reserved above the limit */
+    uint64_t worst;
+} race_watch;
+
+/* This holder's line of the ledger (the caller's holder only changes on the
+ * caller's thread, so two reads around a refusal must agree). */
+static bool own_line(ortmem_authority *a, const char *name, ortmem_holder_report *out)
+{
+    ortmem_authority_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    ortmem_holder_report hs[THREADS + 4];
+    if (ortmem_authority_report_get(a, &r, hs, THREADS + 4) != ORTMEM_OK)
+        return false;
+    for (size_t i = 0; i < r.holder_count && i < THREADS + 4; i++) {
+        if (strcmp(hs[i].name, name) == 0) {
+            *out = hs[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool same_line(const ortmem_holder_report *x, const ortmem_holder_report *y)
+{
+    return x->owned_bytes == y->owned_bytes && x->mapped_bytes == y->mapped_bytes &&
+           x->reserved_bytes == y->reserved_bytes && x->leased_bytes == y->leased_bytes &&
+           x->requested_bytes == y->requested_bytes;
+}
+
+static void race_refused(race_worker *w, const ortmem_holder_report *before, const char *what)
+{
+    w->refused++;
+    ortmem_holder_report after;
+    if (!own_line(w->authority, w->name, &after) || !same_line(before, &after)) {
+        w->changed++;
+        snprintf(w->detail, sizeof w->detail,
+                 "%s refused but the holder changed: owned %llu -> %llu, reserved %llu -> %llu",
+                 what, (unsigned long long)before->owned_bytes,
+                 (unsigned long long)after.owned_bytes, (unsigned long long)before->reserved_bytes,
+                 (unsigned long long)after.reserved_bytes);
+    }
+}
+
+static void race_failed(race_worker *w, const char *what, ortmem_status st)
+{
+    w->failures++;
+    snprintf(w->detail, sizeof w->detail, "%s: %s: %s", what, ortmem_status_str(st),
+             ortmem_last_error());
+}
+
+static void *race_work(void *arg)
+{
+    race_worker *w = arg;
+    ortmem_account acct;
+    ortmem_region *r = NULL;
+    ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
+    opt.size = RACE_REGION_GRANULES * G;
+    opt.account = &acct;
+    if (ortmem_holder_account(w->holder, &acct) != ORTMEM_OK ||
+        ortmem_region_create(w->backend, &opt, &r) != ORTMEM_OK) {
+        race_failed(w, "setup", ORTMEM_E_STATE);
+        return NULL;
+    }
+    ortmem_grant *grants[RACE_GRANTS] = {0};
+    uint64_t granted[RACE_GRANTS] = {0};
+    uint64_t charged = 0; /* through grants */
+    uint64_t s = w->seed;
+    while (!atomic_load(w->go))
+        sched_yield();
+    for (int it = 0; it < RACE_ITERATIONS; it++) {
+        size_t k = next_random(&s) % RACE_GRANTS;
+        size_t g0 = next_random(&s) % RACE_REGION_GRANULES;
+        size_t n = 1 + next_random(&s) % 4;
+        if (g0 + n > RACE_REGION_GRANULES)
+            n = RACE_REGION_GRANULES - g0;
+        ortmem_holder_report before;
+        if (!own_line(w->authority, w->name, &before)) {
+            race_failed(w, "report", ORTMEM_E_STATE);
+            break;
+        }
+        ortmem_status st;
+        switch (next_random(&s) % 6) {
+        case 0:
+        case 1: /* grant prepare, or finish an open one */
+            if (!grants[k]) {
+                uint64_t bytes = 1 + next_random(&s) % (8 * G);
+                st = ortmem_grant_prepare(w->holder, bytes, &grants[k]);
+                if (st == ORTMEM_OK) {
+                    granted[k] = bytes;
+                    w->succeeded++;
+                } else if (st == ORTMEM_E_BUDGET) {
+                    grants[k] = NULL;
+                    race_refused(w, &before, "grant prepare");
+                } else {
+                    grants[k] = NULL;
+                    race_failed(w, "grant prepare", st);
+                }
+            } else if (next_random(&s) % 3 == 0) {
+                if ((st = ortmem_grant_abort(grants[k])) != ORTMEM_OK)
+                    race_failed(w, "grant abort", st);
+                grants[k] = NULL;
+            } else {
+                uint64_t actual = next_random(&s) % (granted[k] + 1);
+                if ((st = ortmem_grant_commit(grants[k], actual)) != ORTMEM_OK)
+                    race_failed(w, "grant commit", st);
+                else
+                    charged += actual;
+                grants[k] = NULL;
+            }
+            break;
+        case 2: /* refund part of what grants charged */
+            if (charged) {
+                uint64_t x = 1 + next_random(&s) % charged;
+                if ((st = ortmem_holder_refund(w->holder, x)) != ORTMEM_OK)
+                    race_failed(w, "refund", st);
+                else
+                    charged -= x;
+            }
+            break;
+        case 3:
+        case 4: /* region commit */
+            st = ortmem_region_commit(r, g0 * G, n * G);
+            if (st == ORTMEM_OK)
+                w->succeeded++;
+            else if (st == ORTMEM_E_BUDGET)
+                race_refused(w, &before, "region commit");
+            else
+                race_failed(w, "region commit", st);
+            break;
+        default:
+            if ((st = ortmem_region_decommit(r, g0 * G, n * G)) != ORTMEM_OK)
+                race_failed(w, "region decommit", st);
+        }
+    }
+    for (size_t k = 0; k < RACE_GRANTS; k++) {
+        if (grants[k] && ortmem_grant_abort(grants[k]) != ORTMEM_OK)
+            race_failed(w, "final abort", ORTMEM_E_STATE);
+    }
+    if (charged && ortmem_holder_refund(w->holder, charged) != ORTMEM_OK)
+        race_failed(w, "final refund", ORTMEM_E_STATE);
+    if (ortmem_region_destroy(r) != ORTMEM_OK)
+        race_failed(w, "region destroy", ORTMEM_E_STATE);
+    return NULL;
+}
+
+static void *race_watch_work(void *arg)
+{
+    race_watch *wt = arg;
+    while (!atomic_load(&wt->done)) {
+        ortmem_authority_report r;
+        memset(&r, 0, sizeof r);
+        r.struct_size = sizeof r;
+        if (ortmem_authority_report_get(wt->authority, &r, NULL, 0) != ORTMEM_OK)
+            continue;
+        wt->samples++;
+        atomic_store(&wt->go, 1);
+        uint64_t charged = r.owned_bytes + r.reserved_bytes;
+        if (charged > wt->limit) {
+            wt->over++;
+            if (charged > wt->worst)
+                wt->worst = charged;
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+/* A pressure callback that is asked but never gives anything back: pressure
+ * runs concurrently without touching another thread's holder. */
+static uint64_t race_release_nothing(void *user, uint64_t want)
+{
+    (void)user;
+    (void)want;
+    return 0;
+}
+
+stress_outcome stress_grants_race(void)
+{
+    ortmem_backend *b = small_backend();
+    if (!b)
+        return fail("backend", "%s", ortmem_last_error());
+    ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
+    ao.limit_bytes = RACE_LIMIT_GRANULES * G;
+    ortmem_authority *a;
+    if (ortmem_authority_create(b, &ao, &a) != ORTMEM_OK)
+        return fail("authority", "%s", ortmem_last_error());
+    race_watch watch = {a, RACE_LIMIT_GRANULES * G, 0, 0, 0, 0, 0};
+    race_worker workers[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        workers[i] = (race_worker){a, b, NULL, "", 0x9e3779b9ULL * (uint64_t)(i + 5), &watch.go, 0,
+                                   0, 0, 0,    ""};
+        snprintf(workers[i].name, sizeof workers[i].name, "racer%d", i);
+        ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
+        ho.name = workers[i].name;
+        ho.priority = i;
+        ho.on_pressure = i % 2 ? race_release_nothing : NULL;
+        if (ortmem_holder_register(a, &ho, &workers[i].holder) != ORTMEM_OK)
+            return fail("holder", "%s", ortmem_last_error());
+    }
+    pthread_t watcher, threads[THREADS];
+    pthread_create(&watcher, NULL, race_watch_work, &watch);
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&threads[i], NULL, race_work, &workers[i]);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(threads[i], NULL);
+    atomic_store(&watch.done, 1);
+    pthread_join(watcher, NULL);
+    int refused = 0, succeeded = 0;
+    for (int i = 0; i < THREADS; i++) {
+        race_worker *w = &workers[i];
+        if (w->failures)
+            return fail("failure", "thread %d: %d failed calls, last: %s", i, w->failures,
+                        w->detail);
+        if (w->changed)
+            return fail("refusal changed the ledger", "thread %d: %d times, last: %s", i,
+                        w->changed, w->detail);
+        refused += w->refused;
+        succeeded += w->succeeded;
+    }
+    if (watch.over)
+        return fail("over the limit", "%llu of %llu samples above %llu bytes (worst %llu)",
+                    (unsigned long long)watch.over, (unsigned long long)watch.samples,
+                    (unsigned long long)watch.limit, (unsigned long long)watch.worst);
+    if (!refused || !succeeded)
+        return fail("no race", "%d refusals and %d reservations: the workload did not contend",
+                    refused, succeeded);
+    ortmem_authority_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    if (ortmem_authority_report_get(a, &r, NULL, 0) != ORTMEM_OK || r.owned_bytes ||
+        r.reserved_bytes || r.mapped_bytes || r.owned_peak_bytes > watch.limit)
+        return fail("ledger", "owned %llu, reserved %llu, mapped %llu, peak %llu at the end",
+                    (unsigned long long)r.owned_bytes, (unsigned long long)r.reserved_bytes,
+                    (unsigned long long)r.mapped_bytes, (unsigned long long)r.owned_peak_bytes);
+    if ((uint64_t)refused > r.refusals)
+        return fail("refusals", "threads saw %d, the authority counted %llu", refused,
+                    (unsigned long long)r.refusals);
+    for (int i = 0; i < THREADS; i++) {
+        if (ortmem_holder_unregister(workers[i].holder) != ORTMEM_OK)
+            return fail("unregister", "%s", ortmem_last_error());
+    }
+    if (ortmem_authority_destroy(a) != ORTMEM_OK)
+        return fail("authority destroy", "%s", ortmem_last_error());
+    ortmem_vmm_stats s = stats(b);
+    if (s.owned_bytes || s.mapped_bytes)
+        return fail("backend ledger", "owned %llu mapped %llu at the end",
+                    (unsigned long long)s.owned_bytes, (unsigned long long)s.mapped_bytes);
+    (void)ortmem_backend_destroy(b);
+    return (stress_outcome){NULL, ""};
+}

@@ -23,4 +23,10 @@ stress_outcome stress_destroy_racing_use(void);
  * committed bytes back to zero. */
 stress_outcome stress_arena_alloc_free(void);
 
+/* Threads, each with its own holder, racing grant prepare/commit/abort,
+ * refunds and region commits with random sizes on one authority: a watcher
+ * never sees owned + reserved above the limit, and every refusal left the
+ * refused thread's holder exactly as it was. */
+stress_outcome stress_grants_race(void);
+
 #endif

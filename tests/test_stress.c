@@ -24,3 +24,8 @@ Test(stress, racing_arena_allocations_never_overlap_or_corrupt)
 {
     EXPECT_CLEAN(stress_arena_alloc_free());
 }
+
+Test(stress, racing_grants_never_pass_the_limit_and_refusals_change_nothing)
+{
+    EXPECT_CLEAN(stress_grants_race());
+}

@@ -398,6 +398,7 @@ Test(trace, bad_options_are_usage_errors)
         {path, "--fault", "mapp:1", NULL}, {path, "--fault", "map:0", NULL},
         {path, "--granule", "3KiB", NULL}, {path, "--fault-rate", "1.5", NULL},
         {path, "--backend", "tpu", NULL},  {tmp_path("missing.trace"), NULL, NULL, NULL},
+        {path, "--budget", "0", NULL},     {path, "--budget", "lots", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_result r = replay(NULL, cases[i]);
@@ -532,6 +533,276 @@ Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
     cr_assert_eq(json_number(r.out, "overlaps"), 0);
     cr_assert_eq(json_number(r.out, "corruptions"), 0);
     cr_assert(json_true(r.out, "ledger_balanced"));
+    run_result_free(&r);
+}
+
+/* ---- governance: --budget, holders, pressure ---- */
+
+/* The text of the JSON object in json that starts at "key": {...} or at the
+ * holder entry {"name": "NAME", ...}, up to its closing brace; the caller
+ * frees. Objects here hold no strings with braces, so counting them works. */
+static char *json_object_at(const char *at)
+{
+    cr_assert_not_null(at);
+    const char *open = strchr(at, '{');
+    cr_assert_not_null(open);
+    int depth = 0;
+    const char *p = open;
+    for (; *p; p++) {
+        depth += *p == '{';
+        depth -= *p == '}';
+        if (depth == 0)
+            break;
+    }
+    cr_assert_eq(*p, '}', "unbalanced JSON at: %.200s", at);
+    size_t len = (size_t)(p - open) + 1;
+    char *copy = malloc(len + 1);
+    cr_assert_not_null(copy);
+    memcpy(copy, open, len);
+    copy[len] = '\0';
+    return copy;
+}
+
+/* The "ledger" object's entry for holder name (ortmem_authority_format JSON). */
+static char *ledger_holder(const char *json, const char *name)
+{
+    const char *ledger = strstr(json, "\"ledger\": {");
+    cr_assert_not_null(ledger, "no ledger object in:\n%s", json);
+    const char *holders = strstr(ledger, "\"holders\": [");
+    cr_assert_not_null(holders, "no holders in the ledger:\n%s", ledger);
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "{\"name\": \"%s\"", name);
+    const char *at = strstr(holders, pattern);
+    cr_assert_not_null(at, "no holder '%s' in the ledger:\n%s", name, ledger);
+    return json_object_at(at);
+}
+
+/* The replay's own "holders" entry for name (arena, pressure). */
+static char *replay_holder(const char *json, const char *name)
+{
+    const char *holders = strstr(json, "\n  \"holders\": [");
+    cr_assert_not_null(holders, "no holders array in:\n%s", json);
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "{\"name\": \"%s\"", name);
+    const char *at = strstr(holders, pattern);
+    cr_assert_not_null(at, "no holder '%s' in:\n%s", name, holders);
+    return json_object_at(at);
+}
+
+/* Granule 64 KiB, arena cache 0, budget 512 KiB = 8 granules. The comments
+ * count owned granules: kv's region a, weights' and scratch's arenas. */
+static const char budget_trace[] = "holder weights weights 100\n"
+                                   "holder kv kv 50\n"
+                                   "holder scratch workspace 80\n"
+                                   "region a 512KiB kv\n"
+                                   "commit a 0 128KiB           # kv 2\n"
+                                   "alloc p 100KiB @weights     # weights 2: total 4\n"
+                                   "commit a 128KiB 256KiB      # kv 6: total 8, the budget\n"
+                                   "commit a 384KiB 64KiB       # line 8: refused\n"
+                                   "alloc q 1000 @scratch       # line 9: refused\n"
+                                   "free p                      # weights 0: total 6\n"
+                                   "commit a 384KiB 64KiB       # kv 7: total 7\n"
+                                   "alloc q2 1000 256 @scratch  # scratch 1: total 8\n"
+                                   "region b 128KiB kv\n"
+                                   "commit b 0 1                # line 14: refused\n";
+
+Test(trace, budget_refuses_commits_past_it_and_the_ledger_names_each_holder)
+{
+    const char *path = tmp_path("budget.trace");
+    write_file(path, budget_trace);
+    const char *args[] = {path, "--json",   "--granule", "64KiB", "--arena-cache",
+                          "0",  "--budget", "512KiB",    NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
+    cr_assert_eq(json_number(r.out, "budget_bytes"), 8 * G);
+    cr_assert(json_true(r.out, "budget_held"), "%s", r.out);
+    /* Refusals are counted apart from failures; nothing depended on them. */
+    cr_assert_eq(json_number(r.out, "budget_refusals"), 3);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 0);
+    cr_assert_eq(json_number(r.out, "skipped_ops"), 0);
+    cr_assert(strstr(r.out, "\"commit\": {\"ops\": 5, \"failed\": 0, \"refused\": 2") != NULL, "%s",
+              r.out);
+    cr_assert(strstr(r.out, "\"alloc\": {\"ops\": 3, \"failed\": 0, \"refused\": 1") != NULL, "%s",
+              r.out);
+    cr_assert_eq(json_number(r.out, "peak_owned_bytes"), 8 * G);
+    cr_assert_leq(json_number(r.out, "peak_owned_bytes"), json_number(r.out, "budget_bytes"));
+    cr_assert_eq(json_number(r.out, "arena_count"), 2);
+    cr_assert(json_true(r.out, "ledger_balanced"), "%s", r.out);
+    cr_assert(json_true(r.out, "clean"), "%s", r.out);
+    /* Each refusal is listed with its line, status and the authority's detail. */
+    const char *failures = strstr(r.out, "\"failures\": [");
+    cr_assert_not_null(failures);
+    static const uint64_t refused_lines[] = {8, 9, 14};
+    const char *at = failures;
+    for (size_t i = 0; i < 3; i++) {
+        at = strstr(at, "{\"line\": ");
+        cr_assert_not_null(at, "refusal %zu missing:\n%s", i, failures);
+        cr_assert_eq(json_number(at, "line"), refused_lines[i], "%s", failures);
+        cr_assert(strncmp(strstr(at, "\"status\": "), "\"status\": \"ORTMEM_E_BUDGET\"", 27) == 0,
+                  "%s", at);
+        at++;
+    }
+    cr_assert(strstr(failures, "holder 'kv' (kv) requested 65536 bytes") != NULL, "%s", failures);
+    cr_assert(strstr(failures, "\"op\": \"alloc q 1000 0 @scratch\"") != NULL, "%s", failures);
+    /* The ledger at trace end: exact owned bytes per holder. */
+    const char *ledger = strstr(r.out, "\"ledger\": {");
+    cr_assert_not_null(ledger, "%s", r.out);
+    cr_assert_eq(json_number(ledger, "limit_bytes"), 8 * G);
+    cr_assert_eq(json_number(ledger, "owned_bytes"), 8 * G);
+    cr_assert_eq(json_number(ledger, "owned_peak_bytes"), 8 * G);
+    char *kv = ledger_holder(r.out, "kv");
+    cr_assert(strstr(kv, "\"role\": \"kv\", \"priority\": 50") != NULL, "%s", kv);
+    cr_assert_eq(json_number(kv, "owned_bytes"), 7 * G, "%s", kv);
+    cr_assert_eq(json_number(kv, "requested_bytes"), 7 * G, "%s", kv);
+    char *scratch = ledger_holder(r.out, "scratch");
+    cr_assert(strstr(scratch, "\"role\": \"workspace\"") != NULL, "%s", scratch);
+    cr_assert_eq(json_number(scratch, "owned_bytes"), G, "%s", scratch);
+    cr_assert_eq(json_number(scratch, "requested_bytes"), 1000, "%s", scratch);
+    cr_assert_eq(json_number(scratch, "overhead_bytes"), G - 1000, "%s", scratch);
+    char *weights = ledger_holder(r.out, "weights");
+    cr_assert_eq(json_number(weights, "owned_bytes"), 0, "%s", weights);
+    cr_assert_eq(json_number(weights, "owned_peak_bytes"), 2 * G, "%s", weights);
+    free(kv);
+    free(scratch);
+    free(weights);
+    /* Teardown gave everything back. */
+    cr_assert_eq(json_number(r.out, "final_owned_bytes"), 0);
+    run_result_free(&r);
+
+    /* The human report prints the same ledger as the authority's table. */
+    const char *text_args[] = {path, "--granule", "64KiB",  "--arena-cache",
+                               "0",  "--budget",  "512KiB", NULL};
+    r = replay(NULL, text_args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.out, "  ledger by holder at trace end\n") != NULL, "%s", r.out);
+    cr_assert(strstr(r.out, "  authority: limit 0.50 MiB, owned 0.50 MiB (peak 0.50)") != NULL,
+              "%s", r.out);
+    cr_assert(strstr(r.out, "  budget held: yes") != NULL, "%s", r.out);
+    cr_assert(strstr(r.out, "\nresult: OK") != NULL, "%s", r.out);
+    run_result_free(&r);
+}
+
+/* Granule 64 KiB, budget 512 KiB. The reclaimable "cache" holds 6 granules in
+ * two regions; kv's commits need them back. */
+static const char pressure_trace[] = "holder cache kv 1 reclaimable\n"
+                                     "holder kv kv 50\n"
+                                     "region c1 256KiB cache\n"
+                                     "commit c1 0 256KiB          # cache 4\n"
+                                     "region c2 128KiB cache\n"
+                                     "commit c2 0 128KiB          # cache 6\n"
+                                     "region a 512KiB kv\n"
+                                     "commit a 0 128KiB           # kv 2: total 8, the budget\n"
+                                     "commit a 128KiB 128KiB      # needs 2: c2 goes (newest)\n"
+                                     "commit a 256KiB 192KiB      # needs 3: c1 goes\n"
+                                     "commit c2 0 64KiB           # cache 1 again: total 8\n";
+
+Test(trace, reclaimable_holder_decommits_its_regions_so_a_later_commit_fits)
+{
+    const char *path = tmp_path("pressure.trace");
+    write_file(path, pressure_trace);
+    const char *args[] = {path, "--json", "--granule", "64KiB", "--budget", "512KiB", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
+    cr_assert_eq(json_number(r.out, "budget_refusals"), 0, "%s", r.out);
+    cr_assert_eq(json_number(r.out, "failed_ops"), 0);
+    cr_assert_eq(json_number(r.out, "skipped_ops"), 0);
+    cr_assert_eq(json_number(r.out, "pressure_failures"), 0);
+    cr_assert(json_true(r.out, "budget_held"), "%s", r.out);
+    cr_assert_eq(json_number(r.out, "peak_owned_bytes"), 8 * G);
+    /* The replay's side: two calls, c2's 2 granules and then c1's 4. */
+    char *cache = replay_holder(r.out, "cache");
+    cr_assert(strstr(cache, "\"reclaimable\": true") != NULL, "%s", cache);
+    cr_assert_eq(json_number(cache, "pressure_calls"), 2, "%s", cache);
+    cr_assert_eq(json_number(cache, "pressure_regions"), 2, "%s", cache);
+    cr_assert_eq(json_number(cache, "pressure_decommitted_bytes"), 6 * G, "%s", cache);
+    cr_assert_eq(json_number(cache, "pressure_released_bytes"), 6 * G, "%s", cache);
+    free(cache);
+    /* The authority's side: what came back, and who owns what at the end. */
+    const char *ledger = strstr(r.out, "\"ledger\": {");
+    cr_assert_not_null(ledger, "%s", r.out);
+    cr_assert_eq(json_number(ledger, "pressure_released_bytes"), 6 * G);
+    char *held = ledger_holder(r.out, "cache");
+    cr_assert_eq(json_number(held, "owned_bytes"), G, "%s", held);
+    cr_assert_eq(json_number(held, "owned_peak_bytes"), 6 * G, "%s", held);
+    free(held);
+    char *kv = ledger_holder(r.out, "kv");
+    cr_assert_eq(json_number(kv, "owned_bytes"), 7 * G, "%s", kv);
+    free(kv);
+    /* The model followed the decommits: c2's granule was filled afresh by the
+     * last commit and every granule checked out, the teardown's included. */
+    cr_assert_eq(json_number(r.out, "corruptions"), 0, "%s", r.err);
+    cr_assert_eq(json_number(r.out, "checked_granules"), 6 + 8, "%s", r.out);
+    cr_assert(json_true(r.out, "ledger_balanced"), "%s", r.out);
+    run_result_free(&r);
+}
+
+Test(trace, holder_annotations_are_checked_before_anything_runs)
+{
+    const char *path = tmp_path("holders.trace"), *record = tmp_path("holders-run.trace");
+    write_file(path, "holder kv kv 50\n"
+                     "region a 1MiB kv\n"
+                     "alloc x 100 @nobody\n"
+                     "commit a 0 64KiB\n");
+    const char *args[] = {path, "--json", "--budget", "1MiB", NULL};
+    run_result r = replay(record, args);
+    cr_assert_eq(r.status, 2, "exit %d\n%s", r.status, r.err);
+    cr_assert(strstr(r.err, "line 3: no holder 'nobody'") != NULL, "stderr: %s", r.err);
+    cr_assert(strstr(r.err, "line 1") == NULL && strstr(r.err, "line 2") == NULL &&
+                  strstr(r.err, "line 4") == NULL,
+              "only line 3 is bad: %s", r.err);
+    cr_assert(strstr(r.err, "1 malformed line; nothing was replayed") != NULL, "stderr: %s", r.err);
+    cr_assert_str_eq(r.out, "", "no report on stdout: %s", r.out);
+    char *recorded = read_file(record);
+    cr_assert_str_eq(recorded, "# ortmem trace v1: replay with ortmem-replay\n");
+    free(recorded);
+    run_result_free(&r);
+
+    /* Every other way a holder annotation can be wrong, one line each. */
+    write_file(path, "holder h gpu\n"                  /* 1: unknown role */
+                     "holder kv kv high\n"             /* 2: not a priority */
+                     "holder kv2 kv 5 reclaimable x\n" /* 3: too many fields */
+                     "holder ok kv\n"
+                     "holder ok other\n"       /* 5: declared twice */
+                     "region a 1MiB missing\n" /* 6: unknown holder */
+                     "alloc y 100 256 ok\n"    /* 7: holder without @ */
+                     "region b 1MiB\n"         /* 8: the default holder "trace" */
+                     "holder trace other\n");  /* 9: too late to declare it */
+    r = replay(NULL, args);
+    cr_assert_eq(r.status, 2, "exit %d\n%s", r.status, r.err);
+    static const char *const want[] = {
+        "line 1: role 'gpu' is not weights, kv, workspace or other",
+        "line 2: 'high' is neither a priority",
+        "line 3: holder takes 2 to 4 fields, got 5",
+        "line 5: holder 'ok' is already declared (line 4)",
+        "line 6: no holder 'missing'",
+        "line 7: 'ok' is not a holder (write @HOLDER as the last field)",
+        "line 9: holder 'trace' is the default holder, already charged by line 8",
+        "7 malformed lines; nothing was replayed",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(r.err, want[i]) != NULL, "no '%s' in:\n%s", want[i], r.err);
+    cr_assert_str_eq(r.out, "");
+    run_result_free(&r);
+}
+
+Test(trace, without_a_budget_the_ledger_by_holder_is_still_reported)
+{
+    const char *args[] = {bundled_trace("minimal.trace"), "--json", NULL};
+    run_result r = replay(NULL, args);
+    cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
+    cr_assert(strstr(r.out, "\"budget_bytes\": null,") != NULL, "%s", r.out);
+    cr_assert(strstr(r.out, "\"budget_held\": null,") != NULL, "%s", r.out);
+    cr_assert_eq(json_number(r.out, "budget_refusals"), 0);
+    /* Untagged lines charge the default holder "trace", role other. */
+    const char *ledger = strstr(r.out, "\"ledger\": {");
+    cr_assert_not_null(ledger, "%s", r.out);
+    cr_assert_eq(json_number(ledger, "limit_bytes"), UINT64_MAX / 2);
+    char *trace = ledger_holder(r.out, "trace");
+    cr_assert(strstr(trace, "\"role\": \"other\"") != NULL, "%s", trace);
+    /* At trace end only the arena's cache of empty granules is owned. */
+    cr_assert_eq(json_number(trace, "owned_bytes"), json_number(r.out, "owned_at_trace_end_bytes"));
+    cr_assert_eq(json_number(trace, "owned_peak_bytes"), json_number(r.out, "peak_owned_bytes"));
+    free(trace);
     run_result_free(&r);
 }
 

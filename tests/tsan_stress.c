@@ -13,6 +13,7 @@ int main(void)
         {"regions_shares_pool", stress_regions_shares_pool},
         {"destroy_racing_use", stress_destroy_racing_use},
         {"arena_alloc_free", stress_arena_alloc_free},
+        {"grants_race", stress_grants_race},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) {
