@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job: replays the bundled serving trace on the CPU backend, prints
-# the memory report and draws memory over time to build/serving-memory.svg.
-# Extra arguments go to ortmem-replay (e.g. --json).
+# the memory report with the ledger by holder and role (the authority's table,
+# ortmem-stat style) and draws memory over time to build/serving-memory.svg.
+# Extra arguments go to ortmem-replay (e.g. --json, or --budget 128MiB to
+# replay under a limit on owned bytes: refusals, pressure, budget_held).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

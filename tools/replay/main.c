@@ -28,8 +28,12 @@ static const char usage[] =
     "                         export import copy any)\n"
     "  --fault-rate P         fail each OP call (any, without --fault) with probability P\n"
     "  --seed S               seed for --fault-rate (default 1)\n"
-    "  --arena-capacity BYTES VA of the arena that alloc lines use (default: from the trace)\n"
-    "  --arena-cache BYTES    empty arena granules kept committed (default 64 MiB)\n"
+    "  --budget BYTES         limit on owned (physical) bytes, enforced by an ortmem\n"
+    "                         authority that every region and arena charges through its\n"
+    "                         holder; refused ops count in budget_refusals (default: no\n"
+    "                         limit, the ledger by holder is still reported)\n"
+    "  --arena-capacity BYTES VA of each holder's arena (default: from the trace)\n"
+    "  --arena-cache BYTES    empty granules each arena keeps committed (default 64 MiB)\n"
     "  --timeline PATH.csv    the ledger after every op as CSV (after every K-th, K =\n"
     "                         ceil(ops / 20000), and the last): op,line,kind,owned_bytes,\n"
     "                         mapped_bytes,arena_allocated_bytes,arena_committed_bytes,pool_bytes\n"
@@ -42,8 +46,8 @@ static const char usage[] =
     "  -h, --help             this text\n"
     "\n"
     "Sizes take K/KiB, M/MiB, G/GiB suffixes. Exit status: 0 clean, 1 overlaps,\n"
-    "corruptions or an unbalanced ledger, 2 usage or trace errors, or an output\n"
-    "that could not be written. Trace format: tools/replay/README.md.\n";
+    "corruptions, an unbalanced ledger or a budget exceeded, 2 usage or trace errors,\n"
+    "or an output that could not be written. Trace format: tools/replay/README.md.\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -202,6 +206,10 @@ int main(int argc, char **argv)
         } else if (strcmp(name, "--pool") == 0) {
             if (!parse_size_t(value, &config.pool_cap))
                 return usage_error("--pool '%s' is not a byte count", value);
+        } else if (strcmp(name, "--budget") == 0) {
+            if (!replay_parse_size(value, &config.budget) || config.budget == 0)
+                return usage_error("--budget '%s' is not a byte count above 0", value);
+            config.budget_set = true;
         } else if (strcmp(name, "--arena-capacity") == 0) {
             if (!parse_size_t(value, &config.arena_capacity) || config.arena_capacity == 0)
                 return usage_error("--arena-capacity '%s' is not a byte count above 0", value);

@@ -42,10 +42,33 @@ typedef struct replay_op {
 } replay_op;
 
 typedef struct replay_object {
-    size_t name;   /* offset of the NUL-terminated ID in replay_trace.names */
-    uint32_t line; /* the line that created it */
+    size_t name;     /* offset of the NUL-terminated ID in replay_trace.names */
+    uint32_t line;   /* the line that created it */
+    uint16_t holder; /* index in replay_trace.holders: who is charged for it */
     bool is_region;
 } replay_object;
+
+/* At most this many holders, the default one included. */
+#define REPLAY_MAX_HOLDERS 1024
+/* ortmem copies a holder's name into 64 bytes. */
+#define REPLAY_HOLDER_NAME_MAX 63
+/* The holder that lines without a holder annotation charge. */
+#define REPLAY_DEFAULT_HOLDER "trace"
+
+/* A holder: declared by a `holder NAME ROLE [PRIORITY] [reclaimable]` line,
+ * or the default one ("trace", role other) that untagged lines charge. */
+typedef struct replay_holder {
+    char name[REPLAY_HOLDER_NAME_MAX + 1];
+    ortmem_role role;
+    int priority;
+    bool reclaimable; /* the replay answers pressure by decommitting its regions */
+    uint32_t line;    /* the declaring line; for the default holder, the first line using it */
+    bool declared;    /* false: the default holder, created by an untagged line */
+    uint64_t regions, allocations; /* objects charged to it in the trace */
+    /* For sizing its arena, as replay_trace's totals below. */
+    uint64_t alloc_peak_bytes;
+    uint64_t alloc_largest_bytes;
+} replay_holder;
 
 typedef struct replay_trace {
     replay_op *ops;
@@ -55,6 +78,8 @@ typedef struct replay_trace {
     char *names; /* every distinct ID once, NUL-terminated */
     size_t names_len;
     size_t kind_counts[REPLAY_KIND_COUNT];
+    replay_holder *holders; /* in declaration order; the default one where first used */
+    size_t holder_count;
     /* For sizing the arena: peak of live allocation bytes (each rounded up to
      * its alignment) and the largest single request plus its alignment. */
     uint64_t alloc_peak_bytes;
@@ -85,6 +110,8 @@ typedef struct replay_config {
     ortmem_fault_options fault_options;
     size_t arena_capacity; /* 0 = derived from the trace */
     size_t arena_cache;    /* ortmem_arena_options.cache_bytes */
+    bool budget_set;       /* --budget given */
+    uint64_t budget;       /* the authority's limit on owned bytes */
     bool progress;         /* a line on stderr every 10% */
     FILE *timeline;        /* CSV rows of the ledger as the replay goes; NULL = none */
 } replay_config;
@@ -101,14 +128,51 @@ typedef struct replay_failure {
 #define REPLAY_FAILURES_KEPT 100
 #define REPLAY_TEARDOWN_FAILURES_KEPT 20
 
+/* The authority's limit without --budget: holders are still registered, so the
+ * ledger by holder is always there, but nothing is ever refused. */
+#define REPLAY_UNLIMITED_BYTES (UINT64_MAX / 2)
+
+/* What the replay did for one holder. */
+typedef struct replay_holder_result {
+    size_t arena_capacity; /* VA of its arena; 0 when it allocates nothing */
+    bool arena_created;
+    /* Pressure (reclaimable holders): callbacks answered, granules the replay
+     * decommitted for them, and owned bytes that came back. */
+    uint64_t pressure_calls;
+    uint64_t pressure_regions; /* regions decommitted from (once per call that did) */
+    uint64_t pressure_decommitted_bytes;
+    uint64_t pressure_released_bytes;
+} replay_holder_result;
+
 typedef struct replay_result {
     char backend_name[64];
     size_t granule;
-    size_t arena_capacity;
+    size_t arena_capacity; /* VA of every arena together */
+    size_t arena_count;    /* arenas the trace needs: one per holder that allocates */
     uint64_t executed[REPLAY_KIND_COUNT];
-    uint64_t failed[REPLAY_KIND_COUNT];
-    uint64_t skipped[REPLAY_KIND_COUNT]; /* depended on a failed op */
+    uint64_t failed[REPLAY_KIND_COUNT];  /* failed for a reason other than the budget */
+    uint64_t refused[REPLAY_KIND_COUNT]; /* ORTMEM_E_BUDGET */
+    uint64_t skipped[REPLAY_KIND_COUNT]; /* depended on a failed or refused op */
     uint64_t failed_ops, skipped_ops, teardown_failures;
+    uint64_t budget_refusals;      /* ops refused with ORTMEM_E_BUDGET (not in failed_ops) */
+    uint64_t pressure_failures;    /* decommits of a pressure callback that failed */
+    replay_holder_result *holders; /* one per replay_trace.holders */
+    /* The authority at trace end (before teardown): its report, its ledger as
+     * ortmem_authority_format's table and JSON (malloc'd; NULL when it could
+     * not be formatted). */
+    bool authority_reported;
+    ortmem_authority_report authority;
+    char *ledger_table, *ledger_json;
+    /* The same, captured when the authority's owned bytes last reached a new
+     * peak: the steady state a serving trace ends long after. */
+    uint64_t ledger_peak_owned;
+    size_t ledger_peak_op; /* 1-based op index */
+    char *peak_ledger_table, *peak_ledger_json;
+    /* --budget (copied from the config): the authority's peak owned and the
+     * backend's peak owned both stayed at or below it. */
+    bool budget_set;
+    uint64_t budget_bytes;
+    bool budget_held;
     /* Correctness checks; each must stay 0. */
     uint64_t overlaps;    /* live allocations (or regions) whose bytes overlapped */
     uint64_t corruptions; /* pattern checks that failed */
@@ -121,7 +185,7 @@ typedef struct replay_result {
     ortmem_vmm_stats final;        /* after teardown and an emptied pool */
     uint64_t live_allocations_at_end, live_regions_at_end;
     bool ledger_balanced;     /* final owned and mapped equal what is quarantined */
-    replay_failure *failures; /* op failures first, then teardown's (line 0) */
+    replay_failure *failures; /* op failures (refusals included) first, then teardown's (line 0) */
     size_t failures_kept;
     double parse_seconds, run_seconds, teardown_seconds;
     /* Memory over time (--timeline, --plot): a row after every timeline_every
@@ -138,7 +202,8 @@ bool replay_run(const replay_trace *trace, const replay_config *config, replay_r
                 FILE *err);
 void replay_result_free(replay_result *result);
 
-/* True when the replay proved nothing wrong: exit status 0. */
+/* True when the replay proved nothing wrong: exit status 0. With a budget,
+ * the budget must also have held. */
 bool replay_result_clean(const replay_result *result);
 
 /* ---- memory over time (timeline.c) ---- */

@@ -23,6 +23,20 @@ static const char *human_bytes(uint64_t bytes, char *buf, size_t size)
     return buf;
 }
 
+/* Prints text line by line, indented like the rest of the report. */
+static void print_indented(FILE *out, const char *text)
+{
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (len)
+            fprintf(out, "  %.*s\n", (int)len, line);
+        else
+            fputc('\n', out);
+        line += len + (nl != NULL);
+    }
+}
+
 static const char *plural(uint64_t n)
 {
     return n == 1 ? "" : "s";
@@ -39,10 +53,25 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
     char a[48], b[48], c[48], d[48];
     const ortmem_vmm_stats *fin = &r->final, *end = &r->at_trace_end;
     fprintf(out, "ortmem-replay %s\n", trace_path);
-    fprintf(out, "  backend %s, granule %s, pool cap %s, arena %s of VA (cache %s)\n",
-            r->backend_name, human_bytes(r->granule, a, sizeof a),
-            human_bytes(config->pool_cap, b, sizeof b), human_bytes(r->arena_capacity, c, sizeof c),
-            human_bytes(config->arena_cache, d, sizeof d));
+    fprintf(out, "  backend %s, granule %s, pool cap %s, ", r->backend_name,
+            human_bytes(r->granule, a, sizeof a), human_bytes(config->pool_cap, b, sizeof b));
+    if (r->arena_count == 0)
+        fputs("no arena (no alloc lines)\n", out);
+    else if (r->arena_count == 1)
+        fprintf(out, "arena %s of VA (cache %s)\n", human_bytes(r->arena_capacity, c, sizeof c),
+                human_bytes(config->arena_cache, d, sizeof d));
+    else
+        fprintf(out, "%zu arenas, %s of VA (cache %s each)\n", r->arena_count,
+                human_bytes(r->arena_capacity, c, sizeof c),
+                human_bytes(config->arena_cache, d, sizeof d));
+    if (r->budget_set)
+        fprintf(out, "  budget %s of owned bytes, %zu holder%s\n",
+                human_bytes(r->budget_bytes, a, sizeof a), trace->holder_count,
+                plural(trace->holder_count));
+    else
+        fprintf(out,
+                "  no budget (--budget): %zu holder%s, charged to an authority without a limit\n",
+                trace->holder_count, plural(trace->holder_count));
     if (config->fault) {
         const ortmem_fault_options *f = &config->fault_options;
         fprintf(out, "  fault injection: %s calls", ortmem_backend_op_name(f->op));
@@ -54,13 +83,14 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
         fputc('\n', out);
     }
 
-    fprintf(out, "\n  %-10s %10s %10s %10s\n", "operation", "in trace", "failed", "skipped");
+    fprintf(out, "\n  %-10s %10s %10s %10s %10s\n", "operation", "in trace", "failed", "refused",
+            "skipped");
     for (unsigned k = 0; k < REPLAY_KIND_COUNT; k++)
-        fprintf(out, "  %-10s %10zu %10" PRIu64 " %10" PRIu64 "\n",
+        fprintf(out, "  %-10s %10zu %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "\n",
                 replay_kind_name((replay_kind)k), trace->kind_counts[k], r->failed[k],
-                r->skipped[k]);
-    fprintf(out, "  %-10s %10zu %10" PRIu64 " %10" PRIu64 "\n", "total", trace->op_count,
-            r->failed_ops, r->skipped_ops);
+                r->refused[k], r->skipped[k]);
+    fprintf(out, "  %-10s %10zu %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "\n", "total",
+            trace->op_count, r->failed_ops, r->budget_refusals, r->skipped_ops);
 
     fprintf(out, "\n  %-24s %12s %16s\n", "ledger", "MiB", "bytes");
     ledger_row(out, "peak owned", fin->owned_peak_bytes);
@@ -75,6 +105,36 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
         ledger_row(out, "VA leaked on purpose", fin->leaked_va_bytes);
     fprintf(out, "  ledger balanced: %s (after teardown, owned and mapped %s the quarantine)\n",
             r->ledger_balanced ? "yes" : "NO", r->ledger_balanced ? "equal" : "differ from");
+    if (r->budget_set)
+        fprintf(out,
+                "  budget held: %s (peak owned %s the budget of %s); %" PRIu64
+                " op%s refused for budget\n",
+                r->budget_held ? "yes" : "NO", r->budget_held ? "within" : "ABOVE",
+                human_bytes(r->budget_bytes, a, sizeof a), r->budget_refusals,
+                plural(r->budget_refusals));
+    for (size_t i = 0; i < trace->holder_count; i++) {
+        const replay_holder *h = &trace->holders[i];
+        const replay_holder_result *hr = &r->holders[i];
+        if (!h->reclaimable)
+            continue;
+        fprintf(out,
+                "  pressure on '%s': %" PRIu64 " call%s, %.2f MiB decommitted in %" PRIu64
+                " region%s, %.2f MiB released\n",
+                h->name, hr->pressure_calls, plural(hr->pressure_calls),
+                mib(hr->pressure_decommitted_bytes), hr->pressure_regions,
+                plural(hr->pressure_regions), mib(hr->pressure_released_bytes));
+    }
+
+    /* The authority's own table (ortmem_authority_format), at the peak (the
+     * steady state) and at trace end. */
+    if (r->peak_ledger_table) {
+        fprintf(out, "\n  ledger by holder at peak owned (after op %zu)\n", r->ledger_peak_op);
+        print_indented(out, r->peak_ledger_table);
+    }
+    if (r->ledger_table) {
+        fputs("\n  ledger by holder at trace end\n", out);
+        print_indented(out, r->ledger_table);
+    }
 
     fprintf(out, "\n  backend calls   ");
     for (unsigned op = 0; op < ORTMEM_OP_COUNT; op++) {
@@ -112,13 +172,15 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
     if (r->plot_path)
         fprintf(out, "  plot            %s\n", r->plot_path);
 
-    uint64_t failures = r->failed_ops + r->teardown_failures;
-    if (r->failed_ops) {
+    uint64_t op_failures = r->failed_ops + r->budget_refusals + r->pressure_failures;
+    uint64_t failures = op_failures + r->teardown_failures;
+    if (op_failures) {
         size_t shown = 0;
-        if (r->failed_ops > 20)
-            fprintf(out, "\nfailed ops (the first 20 of %" PRIu64 "):\n", r->failed_ops);
+        const char *title = r->budget_refusals ? "failed and refused ops" : "failed ops";
+        if (op_failures > 20)
+            fprintf(out, "\n%s (the first 20 of %" PRIu64 "):\n", title, op_failures);
         else
-            fprintf(out, "\nfailed ops (%" PRIu64 "):\n", r->failed_ops);
+            fprintf(out, "\n%s (%" PRIu64 "):\n", title, op_failures);
         for (size_t i = 0; i < r->failures_kept && shown < 20; i++) {
             const replay_failure *f = &r->failures[i];
             if (!f->line)
@@ -127,8 +189,15 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
             fprintf(out, "  line %" PRIu32 ": %s\n    %s: %s\n", f->line, f->what,
                     ortmem_status_str(f->status), f->detail[0] ? f->detail : "(no detail)");
         }
+        if (r->pressure_failures)
+            fprintf(out,
+                    "  (%" PRIu64 " of them: decommits by a pressure callback, listed under the op "
+                    "that asked)\n",
+                    r->pressure_failures);
         if (r->skipped_ops)
-            fprintf(out, "  %" PRIu64 " later ops depended on failed ones and were skipped\n",
+            fprintf(out,
+                    "  %" PRIu64 " later ops depended on failed, refused or reclaimed ones and "
+                    "were skipped\n",
                     r->skipped_ops);
     }
     if (r->teardown_failures) {
@@ -149,9 +218,10 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
     } else {
         fprintf(out,
                 "\nresult: FAILED (%" PRIu64 " overlaps, %" PRIu64 " corruptions, %" PRIu64
-                " misplaced, ledger %s)\n",
+                " misplaced, ledger %s%s)\n",
                 r->overlaps, r->corruptions, r->misplaced,
-                r->ledger_balanced ? "balanced" : "NOT balanced");
+                r->ledger_balanced ? "balanced" : "NOT balanced",
+                r->budget_set && !r->budget_held ? ", budget EXCEEDED" : "");
     }
 }
 
@@ -260,6 +330,15 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     } else {
         fputs("  \"fault\": null,\n", out);
     }
+    if (r->budget_set) {
+        json_u64(out, "budget_bytes", r->budget_bytes, true);
+        fprintf(out, "  \"budget_held\": %s,\n", r->budget_held ? "true" : "false");
+    } else {
+        fputs("  \"budget_bytes\": null,\n  \"budget_held\": null,\n", out);
+    }
+    json_u64(out, "budget_refusals", r->budget_refusals, true);
+    json_u64(out, "pressure_failures", r->pressure_failures, true);
+    json_u64(out, "arena_count", r->arena_count, true);
     json_u64(out, "ops", trace->op_count, true);
     uint64_t executed = 0;
     for (unsigned k = 0; k < REPLAY_KIND_COUNT; k++)
@@ -270,9 +349,11 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     json_u64(out, "teardown_failures", r->teardown_failures, true);
     fputs("  \"ops_by_kind\": {", out);
     for (unsigned k = 0; k < REPLAY_KIND_COUNT; k++)
-        fprintf(out, "%s\"%s\": {\"ops\": %zu, \"failed\": %" PRIu64 ", \"skipped\": %" PRIu64 "}",
+        fprintf(out,
+                "%s\"%s\": {\"ops\": %zu, \"failed\": %" PRIu64 ", \"refused\": %" PRIu64
+                ", \"skipped\": %" PRIu64 "}",
                 k ? ", " : "", replay_kind_name((replay_kind)k), trace->kind_counts[k],
-                r->failed[k], r->skipped[k]);
+                r->failed[k], r->refused[k], r->skipped[k]);
     fputs("},\n", out);
     json_u64(out, "peak_owned_bytes", fin->owned_peak_bytes, true);
     json_u64(out, "peak_mapped_bytes", fin->mapped_peak_bytes, true);
@@ -307,6 +388,29 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     json_u64(out, "checked_bytes", r->checked_bytes, true);
     json_u64(out, "live_allocations_at_end", r->live_allocations_at_end, true);
     json_u64(out, "live_regions_at_end", r->live_regions_at_end, true);
+    fputs("  \"holders\": [", out);
+    for (size_t i = 0; i < trace->holder_count; i++) {
+        const replay_holder *h = &trace->holders[i];
+        const replay_holder_result *hr = &r->holders[i];
+        fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+        replay_json_string(out, h->name);
+        fprintf(out,
+                ", \"role\": \"%s\", \"priority\": %d, \"reclaimable\": %s, \"declared\": %s, "
+                "\"line\": %" PRIu32 ", \"regions\": %" PRIu64 ", \"allocations\": %" PRIu64
+                ", \"arena_capacity_bytes\": %zu, \"pressure_calls\": %" PRIu64
+                ", \"pressure_regions\": %" PRIu64 ", \"pressure_decommitted_bytes\": %" PRIu64
+                ", \"pressure_released_bytes\": %" PRIu64 "}",
+                ortmem_role_name(h->role), h->priority, h->reclaimable ? "true" : "false",
+                h->declared ? "true" : "false", h->line, h->regions, h->allocations,
+                hr->arena_capacity, hr->pressure_calls, hr->pressure_regions,
+                hr->pressure_decommitted_bytes, hr->pressure_released_bytes);
+    }
+    fputs(trace->holder_count ? "\n  ],\n" : "],\n", out);
+    /* The authority's ledger at trace end and at peak owned, as
+     * ortmem_authority_format writes it. */
+    fprintf(out, "  \"ledger\": %s,\n", r->ledger_json ? r->ledger_json : "null");
+    fprintf(out, "  \"ledger_at_peak\": %s,\n", r->peak_ledger_json ? r->peak_ledger_json : "null");
+    fprintf(out, "  \"ledger_peak_op\": %zu,\n", r->ledger_peak_op);
     fputs("  \"failures\": [", out);
     for (size_t i = 0; i < r->failures_kept; i++) {
         const replay_failure *f = &r->failures[i];

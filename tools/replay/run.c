@@ -13,7 +13,11 @@
 #include <time.h>
 
 #define NO_OBJECT UINT32_MAX
-#define ARENA_OBJECT (UINT32_MAX - 1) /* the arena's own region in the overlap set */
+/* Holder h's arena region in the overlap set: above every object number
+ * (trace.c keeps them below UINT32_MAX - 1 - REPLAY_MAX_HOLDERS). */
+#define ARENA_OBJECT(h) (UINT32_MAX - 1 - (uint32_t)(h))
+#define IS_ARENA_OBJECT(o) ((o) != NO_OBJECT && (o) >= UINT32_MAX - REPLAY_MAX_HOLDERS)
+#define ARENA_HOLDER(o) ((uint16_t)(UINT32_MAX - 1 - (o)))
 #define ARENA_DEFAULT_MIN_ALIGN 256
 
 typedef enum object_state {
@@ -56,17 +60,31 @@ typedef struct interval_set {
     size_t count, capacity;
 } interval_set;
 
+struct runner;
+
+/* A holder as the run sees it: its ortmem holder, the account its regions and
+ * its arena charge, and its arena (created by its first alloc). */
+typedef struct holder_run {
+    struct runner *rn; /* for the pressure callback */
+    uint16_t index;
+    ortmem_holder *holder;
+    ortmem_account account;
+    ortmem_arena *arena;
+    uintptr_t arena_start, arena_end;
+} holder_run;
+
 typedef struct runner {
     const replay_trace *trace;
     const replay_config *config;
     replay_result *result;
     FILE *err;
-    ortmem_backend *cpu, *top; /* top: where regions and the arena live (the fault wrapper) */
-    ortmem_arena *arena;
-    uintptr_t arena_start, arena_end;
+    ortmem_backend *cpu, *top; /* top: where regions and the arenas live (the fault wrapper) */
+    ortmem_authority *authority;
+    holder_run *holders; /* one per trace holder */
     object_run *objects;
     interval_set allocations, regions;
-    uint64_t findings; /* overlap, corruption and placement messages written so far */
+    uint64_t findings;     /* overlap, corruption and placement messages written so far */
+    uint32_t current_line; /* the op running, for failures inside a pressure callback */
 } runner;
 
 /* ---- patterns ---- */
@@ -196,8 +214,9 @@ static void record_teardown_failure(runner *rn, const char *what, ortmem_status 
 
 static const char *describe(runner *rn, uint32_t object, char *buf, size_t size)
 {
-    if (object == ARENA_OBJECT)
-        snprintf(buf, size, "the arena's region");
+    if (IS_ARENA_OBJECT(object))
+        snprintf(buf, size, "the arena region of holder '%s'",
+                 rn->trace->holders[ARENA_HOLDER(object)].name);
     else
         snprintf(buf, size, "%s '%s' (line %" PRIu32 ")",
                  rn->trace->objects[object].is_region ? "region" : "allocation",
@@ -322,27 +341,40 @@ static void resync(runner *rn, uint32_t object, size_t g0, size_t g1)
 
 /* ---- operations ---- */
 
-typedef enum outcome { DONE, FAILED, SKIPPED } outcome;
+/* REFUSED: the authority said no (ORTMEM_E_BUDGET); counted apart from FAILED. */
+typedef enum outcome { DONE, FAILED, REFUSED, SKIPPED } outcome;
 
-static ortmem_status ensure_arena(runner *rn)
+static outcome failure_of(ortmem_status st)
 {
-    if (rn->arena)
+    return st == ORTMEM_E_BUDGET ? REFUSED : FAILED;
+}
+
+static holder_run *holder_of(runner *rn, uint32_t object)
+{
+    return &rn->holders[rn->trace->objects[object].holder];
+}
+
+static ortmem_status ensure_arena(runner *rn, holder_run *h)
+{
+    if (h->arena)
         return ORTMEM_OK;
     ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
-    opt.capacity = rn->result->arena_capacity;
+    opt.capacity = rn->result->holders[h->index].arena_capacity;
     opt.cache_bytes = rn->config->arena_cache;
+    opt.account = &h->account;
     ortmem_arena *arena = NULL;
     ortmem_status st = ortmem_arena_create(rn->top, &opt, &arena);
     if (st != ORTMEM_OK)
         return st;
-    rn->arena = arena;
+    h->arena = arena;
+    rn->result->holders[h->index].arena_created = true;
     ortmem_region *region = ortmem_arena_region(arena);
     unsigned char *base = region ? ortmem_region_base(region) : NULL;
     if (base) {
-        rn->arena_start = (uintptr_t)base;
-        rn->arena_end = rn->arena_start + ortmem_region_size(region);
+        h->arena_start = (uintptr_t)base;
+        h->arena_end = h->arena_start + ortmem_region_size(region);
         rn->result->overlaps +=
-            interval_insert(rn, &rn->regions, rn->arena_start, rn->arena_end, ARENA_OBJECT);
+            interval_insert(rn, &rn->regions, h->arena_start, h->arena_end, ARENA_OBJECT(h->index));
     }
     return ORTMEM_OK;
 }
@@ -350,14 +382,15 @@ static ortmem_status ensure_arena(runner *rn)
 static outcome op_alloc(runner *rn, const replay_op *op)
 {
     object_run *a = &rn->objects[op->object];
-    ortmem_status st = ensure_arena(rn);
+    holder_run *h = holder_of(rn, op->object);
+    ortmem_status st = ensure_arena(rn, h);
     void *ptr = NULL;
     if (st == ORTMEM_OK)
-        st = ortmem_arena_alloc(rn->arena, (size_t)op->arg[0], (size_t)op->arg[1], &ptr);
+        st = ortmem_arena_alloc(h->arena, (size_t)op->arg[0], (size_t)op->arg[1], &ptr);
     if (st != ORTMEM_OK) {
         record_op_failure(rn, op, st);
         a->state = OBJECT_FAILED;
-        return FAILED;
+        return failure_of(st);
     }
     a->state = OBJECT_LIVE;
     a->ptr = ptr;
@@ -371,9 +404,9 @@ static outcome op_alloc(runner *rn, const replay_op *op)
         finding(rn, "misaligned: %s at %p is not aligned to %" PRIu64,
                 describe(rn, op->object, who, sizeof who), ptr, align);
     }
-    if (rn->arena_end && (start < rn->arena_start || end > rn->arena_end || end < start)) {
+    if (h->arena_end && (start < h->arena_start || end > h->arena_end || end < start)) {
         rn->result->misplaced++;
-        finding(rn, "misplaced: %s [%p, +%zu) lies outside the arena's region",
+        finding(rn, "misplaced: %s [%p, +%zu) lies outside its holder's arena region",
                 describe(rn, op->object, who, sizeof who), ptr, a->size);
     }
     rn->result->overlaps += interval_insert(rn, &rn->allocations, start, end, op->object);
@@ -401,7 +434,7 @@ static outcome op_free(runner *rn, const replay_op *op)
     if (a->state != OBJECT_LIVE)
         return SKIPPED;
     check_allocation(rn, op->object, "before free", op->line);
-    ortmem_status st = ortmem_arena_free(rn->arena, a->ptr);
+    ortmem_status st = ortmem_arena_free(holder_of(rn, op->object)->arena, a->ptr);
     if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {
         /* QUARANTINED: the free took effect but a granule was quarantined. */
         interval_remove(&rn->allocations, (uintptr_t)a->ptr, op->object);
@@ -411,7 +444,7 @@ static outcome op_free(runner *rn, const replay_op *op)
     }
     if (st != ORTMEM_OK) {
         record_op_failure(rn, op, st);
-        return FAILED;
+        return failure_of(st);
     }
     return DONE;
 }
@@ -421,12 +454,13 @@ static outcome op_region(runner *rn, const replay_op *op)
     object_run *r = &rn->objects[op->object];
     ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
     opt.size = (size_t)op->arg[0];
+    opt.account = &holder_of(rn, op->object)->account;
     ortmem_region *region = NULL;
     ortmem_status st = ortmem_region_create(rn->top, &opt, &region);
     if (st != ORTMEM_OK) {
         record_op_failure(rn, op, st);
         r->state = OBJECT_FAILED;
-        return FAILED;
+        return failure_of(st);
     }
     r->region = region;
     r->ptr = ortmem_region_base(region);
@@ -485,7 +519,7 @@ static outcome op_commit(runner *rn, const replay_op *op)
         r->degraded = true;
         if (in_range)
             resync(rn, op->object, g0, g1);
-        return FAILED;
+        return failure_of(st);
     }
     for (size_t g = g0; g < g1; g++) {
         granule_model *m = &r->model[g];
@@ -513,7 +547,7 @@ static outcome op_decommit(runner *rn, const replay_op *op)
         r->degraded = true;
         if (in_range)
             resync(rn, op->object, g0, g1);
-        return FAILED;
+        return failure_of(st);
     }
     for (size_t g = g0; in_range && g < g1; g++) {
         if (r->model[g].state == GRANULE_MAPPED)
@@ -551,7 +585,7 @@ static outcome op_share(runner *rn, const replay_op *op)
         dst->degraded = true;
         if (modelled)
             resync(rn, op->object, d0, d1);
-        return FAILED;
+        return failure_of(st);
     }
     if (!modelled)
         return DONE;
@@ -609,9 +643,99 @@ static outcome op_destroy(runner *rn, const replay_op *op)
         r->state = OBJECT_STUCK;
     if (st != ORTMEM_OK) {
         record_op_failure(rn, op, st);
-        return FAILED;
+        return failure_of(st);
     }
     return DONE;
+}
+
+/* ---- pressure: what a reclaimable holder gives back ----
+ *
+ * Asked for want bytes, a reclaimable holder decommits its regions' committed
+ * granules, the most recently created region first, one region's committed
+ * runs at a time, until the backend's owned bytes fell by want or it ran out
+ * of regions. A granule that another region still maps (a prefix shared into
+ * a sequence) is left alone: unmapping it here would release nothing while
+ * the other mapping lives. The model follows every decommit, and a region
+ * that lost granules this way is "degraded", so a later share from it is
+ * skipped rather than failed, as after a failed op. */
+
+static uint64_t owned_now(runner *rn)
+{
+    ortmem_vmm_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    return ortmem_backend_stats(rn->top, &s) == ORTMEM_OK ? s.owned_bytes : 0;
+}
+
+/* Whether granule g of a region is mapped by it alone. */
+static bool granule_private(object_run *r, size_t g)
+{
+    ortmem_granule_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    return ortmem_region_granule_info(r->region, g * r->granule, &info) == ORTMEM_OK &&
+           info.state == ORTMEM_GRANULE_MAPPED && info.mappers == 1;
+}
+
+/* Decommits the private mapped granules [g0, g1) of region object as one
+ * call; false (listed as a failure under the op that asked) when it failed. */
+static bool pressure_decommit_run(runner *rn, holder_run *h, uint32_t object, size_t g0, size_t g1)
+{
+    object_run *r = &rn->objects[object];
+    for (size_t g = g0; g < g1; g++)
+        check_granule(rn, object, g, "before a decommit under pressure", rn->current_line);
+    size_t offset = g0 * r->granule, len = (g1 - g0) * r->granule;
+    ortmem_status st = ortmem_region_decommit(r->region, offset, len);
+    r->degraded = true;
+    if (st != ORTMEM_OK) {
+        char what[160];
+        snprintf(what, sizeof what, "pressure on holder '%s': decommit %s %zu %zu",
+                 rn->trace->holders[h->index].name, replay_object_name(rn->trace, object), offset,
+                 len);
+        rn->result->pressure_failures++;
+        record_failure(rn, rn->current_line, what, st);
+        resync(rn, object, g0, g1);
+        return false;
+    }
+    rn->result->holders[h->index].pressure_decommitted_bytes += len;
+    for (size_t g = g0; g < g1; g++)
+        r->model[g].state = GRANULE_UNMAPPED;
+    return true;
+}
+
+static uint64_t on_pressure(void *user, uint64_t want_bytes)
+{
+    holder_run *h = user;
+    runner *rn = h->rn;
+    replay_holder_result *hr = &rn->result->holders[h->index];
+    hr->pressure_calls++;
+    uint64_t before = owned_now(rn), released = 0;
+    for (uint32_t object = (uint32_t)rn->trace->object_count;
+         object-- > 0 && released < want_bytes;) {
+        const replay_object *o = &rn->trace->objects[object];
+        object_run *r = &rn->objects[object];
+        if (!o->is_region || o->holder != h->index || r->state != OBJECT_LIVE)
+            continue;
+        bool touched = false;
+        for (size_t g = 0; g < r->granules;) {
+            if (r->model[g].state != GRANULE_MAPPED || !granule_private(r, g)) {
+                g++;
+                continue;
+            }
+            size_t end = g + 1;
+            while (end < r->granules && r->model[end].state == GRANULE_MAPPED &&
+                   granule_private(r, end))
+                end++;
+            touched |= pressure_decommit_run(rn, h, object, g, end);
+            g = end;
+        }
+        if (touched)
+            hr->pressure_regions++;
+        uint64_t now = owned_now(rn);
+        released = before > now ? before - now : 0;
+    }
+    hr->pressure_released_bytes += released;
+    return released;
 }
 
 /* ---- the run ---- */
@@ -636,7 +760,8 @@ static bool stats_of(runner *rn, ortmem_vmm_stats *stats)
 }
 
 /* The timeline row after op number index (1-based). A failed stats call
- * stops the timeline: a row with made-up numbers would be worse than none. */
+ * stops the timeline: a row with made-up numbers would be worse than none.
+ * The arena columns add up every holder's arena. */
 static void timeline_row(runner *rn, size_t index, const replay_op *op)
 {
     replay_result *res = rn->result;
@@ -645,20 +770,98 @@ static void timeline_row(runner *rn, size_t index, const replay_op *op)
     ortmem_vmm_stats vmm;
     memset(&vmm, 0, sizeof vmm);
     vmm.struct_size = sizeof vmm;
-    ortmem_arena_stats arena;
-    memset(&arena, 0, sizeof arena);
-    arena.struct_size = sizeof arena;
+    ortmem_arena_stats total;
+    memset(&total, 0, sizeof total);
+    total.struct_size = sizeof total;
+    bool any_arena = false;
     ortmem_status st = ortmem_backend_stats(rn->top, &vmm);
-    if (st == ORTMEM_OK && rn->arena)
-        st = ortmem_arena_stats_get(rn->arena, &arena);
+    for (size_t i = 0; st == ORTMEM_OK && i < rn->trace->holder_count; i++) {
+        if (!rn->holders[i].arena)
+            continue;
+        ortmem_arena_stats arena;
+        memset(&arena, 0, sizeof arena);
+        arena.struct_size = sizeof arena;
+        st = ortmem_arena_stats_get(rn->holders[i].arena, &arena);
+        total.allocated_bytes += arena.allocated_bytes;
+        total.committed_bytes += arena.committed_bytes;
+        any_arena = true;
+    }
     if (st != ORTMEM_OK) {
         fprintf(rn->err, "ortmem-replay: timeline stopped at line %" PRIu32 ": %s: %s\n", op->line,
                 ortmem_status_str(st), ortmem_last_error());
         res->timeline_failed = true;
         return;
     }
-    replay_timeline_row(rn->config->timeline, index, op, &vmm, rn->arena ? &arena : NULL);
+    replay_timeline_row(rn->config->timeline, index, op, &vmm, any_arena ? &total : NULL);
     res->timeline_rows++;
+}
+
+static void destroy_backends(runner *rn)
+{
+    if (rn->top != rn->cpu)
+        (void)ortmem_backend_destroy(rn->top);
+    (void)ortmem_backend_destroy(rn->cpu);
+}
+
+/* The authority on the replay's backend and one holder per trace holder.
+ * Without --budget its limit is REPLAY_UNLIMITED_BYTES: nothing is refused,
+ * but the ledger by holder is kept all the same. */
+static bool open_authority(runner *rn)
+{
+    ortmem_authority_options opt = ORTMEM_AUTHORITY_OPTIONS_INIT;
+    opt.limit_bytes = rn->config->budget_set ? rn->config->budget : REPLAY_UNLIMITED_BYTES;
+    ortmem_status st = ortmem_authority_create(rn->top, &opt, &rn->authority);
+    if (st != ORTMEM_OK) {
+        fprintf(rn->err, "ortmem-replay: authority: %s: %s\n", ortmem_status_str(st),
+                ortmem_last_error());
+        rn->authority = NULL;
+        return false;
+    }
+    for (size_t i = 0; i < rn->trace->holder_count; i++) {
+        const replay_holder *th = &rn->trace->holders[i];
+        holder_run *h = &rn->holders[i];
+        h->rn = rn;
+        h->index = (uint16_t)i;
+        ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
+        ho.name = th->name;
+        ho.role = th->role;
+        ho.priority = th->priority;
+        if (th->reclaimable) {
+            ho.on_pressure = on_pressure;
+            ho.user = h;
+        }
+        st = ortmem_holder_register(rn->authority, &ho, &h->holder);
+        if (st == ORTMEM_OK)
+            st = ortmem_holder_account(h->holder, &h->account);
+        if (st != ORTMEM_OK) {
+            fprintf(rn->err, "ortmem-replay: holder '%s': %s: %s\n", th->name,
+                    ortmem_status_str(st), ortmem_last_error());
+            return false;
+        }
+    }
+    return true;
+}
+
+static void close_authority(runner *rn, bool record)
+{
+    if (!rn->authority)
+        return;
+    char what[200];
+    for (size_t i = 0; i < rn->trace->holder_count; i++) {
+        if (!rn->holders[i].holder)
+            continue;
+        ortmem_status st = ortmem_holder_unregister(rn->holders[i].holder);
+        if (st != ORTMEM_OK && record) {
+            snprintf(what, sizeof what, "teardown: unregister holder '%s'",
+                     rn->trace->holders[i].name);
+            record_teardown_failure(rn, what, st);
+        }
+        rn->holders[i].holder = NULL;
+    }
+    ortmem_status st = ortmem_authority_destroy(rn->authority);
+    if (st != ORTMEM_OK && record)
+        record_teardown_failure(rn, "teardown: destroy the authority", st);
+    rn->authority = NULL;
 }
 
 static bool open_backend(runner *rn)
@@ -686,11 +889,14 @@ static bool open_backend(runner *rn)
         if (st != ORTMEM_OK) {
             fprintf(rn->err, "ortmem-replay: pool cap: %s: %s\n", ortmem_status_str(st),
                     ortmem_last_error());
-            if (rn->top != rn->cpu)
-                (void)ortmem_backend_destroy(rn->top);
-            (void)ortmem_backend_destroy(rn->cpu);
+            destroy_backends(rn);
             return false;
         }
+    }
+    if (!open_authority(rn)) {
+        close_authority(rn, false);
+        destroy_backends(rn);
+        return false;
     }
     snprintf(rn->result->backend_name, sizeof rn->result->backend_name, "%s",
              ortmem_backend_name(rn->top));
@@ -705,19 +911,85 @@ static size_t round_up(uint64_t v, size_t to)
     return (size_t)((v + to - 1) / to * to);
 }
 
-/* Enough VA that fragmentation never starves the trace: four times its peak
- * of live bytes plus two of its largest request, at least 256 MiB. VA is
+/* Enough VA that fragmentation never starves a holder's arena: four times its
+ * peak of live bytes plus two of its largest request, at least 256 MiB. VA is
  * reserved, not committed, so generosity costs nothing but page tables. */
-static size_t arena_capacity_for(const replay_trace *t, size_t granule)
+static size_t arena_capacity_for(const replay_holder *h, size_t granule)
 {
     const uint64_t floor = (uint64_t)256 << 20;
-    uint64_t want = t->alloc_peak_bytes > UINT64_MAX / 8 ? UINT64_MAX / 2 : t->alloc_peak_bytes * 4;
+    uint64_t want = h->alloc_peak_bytes > UINT64_MAX / 8 ? UINT64_MAX / 2 : h->alloc_peak_bytes * 4;
     uint64_t largest =
-        t->alloc_largest_bytes > UINT64_MAX / 8 ? UINT64_MAX / 4 : t->alloc_largest_bytes * 2;
+        h->alloc_largest_bytes > UINT64_MAX / 8 ? UINT64_MAX / 4 : h->alloc_largest_bytes * 2;
     want = want > UINT64_MAX - largest ? UINT64_MAX / 2 : want + largest;
     if (want < floor)
         want = floor;
     return round_up(want, granule ? granule : ((size_t)2 << 20));
+}
+
+/* The ledger as ortmem_authority_format writes it, malloc'd; NULL on failure.
+ * The JSON loses its trailing newline so it embeds as a value. */
+static char *format_ledger(runner *rn, ortmem_report_format format)
+{
+    size_t needed = 0;
+    ortmem_status st = ortmem_authority_format(rn->authority, format, NULL, 0, &needed);
+    char *text = NULL;
+    for (int attempt = 0; attempt < 3 && (st == ORTMEM_OK || st == ORTMEM_E_RANGE); attempt++) {
+        char *grown = realloc(text, needed ? needed : 1);
+        if (!grown)
+            break;
+        text = grown;
+        size_t capacity = needed ? needed : 1;
+        st = ortmem_authority_format(rn->authority, format, text, capacity, &needed);
+        if (st == ORTMEM_OK) {
+            size_t len = strlen(text);
+            if (format == ORTMEM_REPORT_JSON)
+                while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+                    text[--len] = '\0';
+            return text;
+        }
+    }
+    record_teardown_failure(
+        rn, format == ORTMEM_REPORT_JSON ? "ledger report (JSON)" : "ledger report (table)", st);
+    free(text);
+    return NULL;
+}
+
+/* Captures the ledger when the authority's owned bytes reach a new peak. */
+static void capture_peak_ledger(runner *rn, size_t op_index)
+{
+    replay_result *res = rn->result;
+    ortmem_authority_report now = {.struct_size = sizeof now};
+    if (ortmem_authority_report_get(rn->authority, &now, NULL, 0) != ORTMEM_OK ||
+        now.owned_bytes <= res->ledger_peak_owned)
+        return;
+    char *table = format_ledger(rn, ORTMEM_REPORT_TABLE);
+    char *json = format_ledger(rn, ORTMEM_REPORT_JSON);
+    if (!table || !json) {
+        free(table);
+        free(json);
+        return;
+    }
+    free(res->peak_ledger_table);
+    free(res->peak_ledger_json);
+    res->peak_ledger_table = table;
+    res->peak_ledger_json = json;
+    res->ledger_peak_owned = now.owned_bytes;
+    res->ledger_peak_op = op_index;
+}
+
+/* The authority's ledger at trace end, before teardown changes it. */
+static void report_ledger(runner *rn)
+{
+    replay_result *res = rn->result;
+    memset(&res->authority, 0, sizeof res->authority);
+    res->authority.struct_size = sizeof res->authority;
+    ortmem_status st = ortmem_authority_report_get(rn->authority, &res->authority, NULL, 0);
+    if (st == ORTMEM_OK)
+        res->authority_reported = true;
+    else
+        record_teardown_failure(rn, "ledger report", st);
+    res->ledger_table = format_ledger(rn, ORTMEM_REPORT_TABLE);
+    res->ledger_json = format_ledger(rn, ORTMEM_REPORT_JSON);
 }
 
 static void teardown(runner *rn)
@@ -730,7 +1002,7 @@ static void teardown(runner *rn)
             continue;
         rn->result->live_allocations_at_end++;
         check_allocation(rn, i, "live at the end", t->objects[i].line);
-        ortmem_status st = ortmem_arena_free(rn->arena, o->ptr);
+        ortmem_status st = ortmem_arena_free(holder_of(rn, i)->arena, o->ptr);
         if (st != ORTMEM_OK) {
             snprintf(what, sizeof what, "teardown: free %s (allocated at line %" PRIu32 ")",
                      replay_object_name(t, i), t->objects[i].line);
@@ -739,12 +1011,17 @@ static void teardown(runner *rn)
         interval_remove(&rn->allocations, (uintptr_t)o->ptr, i);
         o->state = OBJECT_GONE;
     }
-    if (rn->arena) {
+    for (size_t h = 0; h < t->holder_count; h++) {
+        if (!rn->holders[h].arena)
+            continue;
         /* force: allocations whose free failed go with the arena. */
-        ortmem_status st = ortmem_arena_destroy(rn->arena, 1);
-        if (st != ORTMEM_OK)
-            record_teardown_failure(rn, "teardown: destroy the arena", st);
-        rn->arena = NULL;
+        ortmem_status st = ortmem_arena_destroy(rn->holders[h].arena, 1);
+        if (st != ORTMEM_OK) {
+            snprintf(what, sizeof what, "teardown: destroy the arena of holder '%s'",
+                     t->holders[h].name);
+            record_teardown_failure(rn, what, st);
+        }
+        rn->holders[h].arena = NULL;
     }
     for (uint32_t i = 0; i < t->object_count; i++) {
         object_run *o = &rn->objects[i];
@@ -770,6 +1047,21 @@ static void teardown(runner *rn)
     if (stats_of(rn, fin))
         rn->result->ledger_balanced = fin->owned_bytes == fin->quarantined_bytes &&
                                       fin->mapped_bytes == fin->quarantined_mapped_bytes;
+    /* The budget held when neither the authority nor the backend ever owned
+     * more than it (teardown only gives back, so the peaks are the run's). */
+    replay_result *res = rn->result;
+    if (res->budget_set) {
+        ortmem_authority_report rep;
+        memset(&rep, 0, sizeof rep);
+        rep.struct_size = sizeof rep;
+        st = ortmem_authority_report_get(rn->authority, &rep, NULL, 0);
+        if (st != ORTMEM_OK)
+            record_teardown_failure(rn, "teardown: authority report", st);
+        res->budget_held = st == ORTMEM_OK && rep.owned_peak_bytes <= res->budget_bytes &&
+                           fin->owned_peak_bytes <= res->budget_bytes;
+    }
+    /* Holders, then the authority, then the backend it answers for. */
+    close_authority(rn, true);
     /* Destroying a backend with quarantined granules reports them again
      * (ORTMEM_E_QUARANTINED); the ledger above already holds that. */
     if (rn->top != rn->cpu) {
@@ -788,29 +1080,45 @@ bool replay_run(const replay_trace *trace, const replay_config *config, replay_r
     double parse_seconds = result->parse_seconds;
     memset(result, 0, sizeof *result);
     result->parse_seconds = parse_seconds;
+    result->budget_set = config->budget_set;
+    result->budget_bytes = config->budget_set ? config->budget : 0;
     result->failures =
         calloc(REPLAY_FAILURES_KEPT + REPLAY_TEARDOWN_FAILURES_KEPT, sizeof *result->failures);
+    size_t holders = trace->holder_count ? trace->holder_count : 1;
+    result->holders = calloc(holders, sizeof *result->holders);
     runner rn = {.trace = trace, .config = config, .result = result, .err = err};
     rn.objects = calloc(trace->object_count ? trace->object_count : 1, sizeof *rn.objects);
-    if (!result->failures || !rn.objects) {
+    rn.holders = calloc(holders, sizeof *rn.holders);
+    if (!result->failures || !result->holders || !rn.objects || !rn.holders) {
         fprintf(err, "ortmem-replay: out of memory for %zu objects\n", trace->object_count);
         free(rn.objects);
+        free(rn.holders);
         replay_result_free(result);
         return false;
     }
     if (!open_backend(&rn)) {
         free(rn.objects);
+        free(rn.holders);
         replay_result_free(result);
         return false;
     }
-    result->arena_capacity = config->arena_capacity ? config->arena_capacity
-                                                    : arena_capacity_for(trace, result->granule);
+    for (size_t h = 0; h < trace->holder_count; h++) {
+        if (trace->holders[h].allocations == 0)
+            continue;
+        size_t capacity = config->arena_capacity
+                              ? config->arena_capacity
+                              : arena_capacity_for(&trace->holders[h], result->granule);
+        result->holders[h].arena_capacity = capacity;
+        result->arena_capacity += capacity;
+        result->arena_count++;
+    }
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     size_t next_progress = 1;
     result->timeline_every = replay_timeline_every(trace->op_count);
     for (size_t i = 0; i < trace->op_count; i++) {
         const replay_op *op = &trace->ops[i];
+        rn.current_line = op->line;
         outcome out = SKIPPED;
         switch ((replay_kind)op->kind) {
         case REPLAY_ALLOC: out = op_alloc(&rn, op); break;
@@ -830,8 +1138,12 @@ bool replay_run(const replay_trace *trace, const replay_config *config, replay_r
             if (out == FAILED) {
                 result->failed[op->kind]++;
                 result->failed_ops++;
+            } else if (out == REFUSED) {
+                result->refused[op->kind]++;
+                result->budget_refusals++;
             }
         }
+        capture_peak_ledger(&rn, i + 1);
         /* Every K ops, and the last so the timeline ends where the report's
          * "at trace end" does. */
         if (config->timeline && ((i + 1) % result->timeline_every == 0 || i + 1 == trace->op_count))
@@ -843,12 +1155,15 @@ bool replay_run(const replay_trace *trace, const replay_config *config, replay_r
                     (i + 1) * 100 / trace->op_count, i + 1, trace->op_count, seconds_since(&start));
         }
     }
+    rn.current_line = 0;
     result->run_seconds = seconds_since(&start);
     (void)stats_of(&rn, &result->at_trace_end);
+    report_ledger(&rn);
     clock_gettime(CLOCK_MONOTONIC, &start);
     teardown(&rn);
     result->teardown_seconds = seconds_since(&start);
     free(rn.objects);
+    free(rn.holders);
     free(rn.allocations.items);
     free(rn.regions.items);
     return true;
@@ -859,10 +1174,18 @@ void replay_result_free(replay_result *result)
     free(result->failures);
     result->failures = NULL;
     result->failures_kept = 0;
+    free(result->holders);
+    result->holders = NULL;
+    free(result->ledger_table);
+    free(result->ledger_json);
+    result->ledger_table = result->ledger_json = NULL;
+    free(result->peak_ledger_table);
+    free(result->peak_ledger_json);
+    result->peak_ledger_table = result->peak_ledger_json = NULL;
 }
 
 bool replay_result_clean(const replay_result *result)
 {
     return result->overlaps == 0 && result->corruptions == 0 && result->misplaced == 0 &&
-           result->ledger_balanced;
+           result->ledger_balanced && (!result->budget_set || result->budget_held);
 }

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,9 @@ static const char *const kind_names[REPLAY_KIND_COUNT] = {
 
 /* How each line reads, for error messages. */
 static const char *const kind_usage[REPLAY_KIND_COUNT] = {
-    [REPLAY_ALLOC] = "alloc ID SIZE [ALIGN]",
+    [REPLAY_ALLOC] = "alloc ID SIZE [ALIGN] [@HOLDER]",
     [REPLAY_FREE] = "free ID",
-    [REPLAY_REGION] = "region ID SIZE",
+    [REPLAY_REGION] = "region ID SIZE [HOLDER]",
     [REPLAY_COMMIT] = "commit ID OFFSET LEN",
     [REPLAY_DECOMMIT] = "decommit ID OFFSET LEN",
     [REPLAY_SHARE] = "share DST DST_OFF SRC SRC_OFF LEN [ro|rw|none]",
@@ -98,6 +99,8 @@ typedef struct parser {
     uint64_t *alloc_live_bytes; /* per object: padded bytes while live */
     size_t alloc_live_capacity;
     uint64_t live_bytes;
+    size_t holders_capacity;
+    uint64_t *holder_live_bytes; /* per holder: live padded allocation bytes */
     bool out_of_memory;
 } parser;
 
@@ -199,16 +202,177 @@ static name_entry *lookup(parser *ps, const char *name)
     return e;
 }
 
-static uint32_t new_object(parser *ps, name_entry *e, uint32_t line, bool is_region)
+/* Object numbers stay below this, so the run can name each holder's arena by a
+ * number above every object's. */
+#define MAX_OBJECTS (NO_OBJECT - 1 - REPLAY_MAX_HOLDERS)
+
+static uint32_t new_object(parser *ps, name_entry *e, uint32_t line, bool is_region,
+                           uint16_t holder)
 {
     replay_trace *t = ps->trace;
-    if (t->object_count >= NO_OBJECT || !grow((void **)&t->objects, &ps->objects_capacity,
-                                              t->object_count + 1, sizeof *t->objects)) {
+    if (t->object_count >= MAX_OBJECTS || !grow((void **)&t->objects, &ps->objects_capacity,
+                                                t->object_count + 1, sizeof *t->objects)) {
         ps->out_of_memory = true;
         return NO_OBJECT;
     }
-    t->objects[t->object_count] = (replay_object){e->name, line, is_region};
+    t->objects[t->object_count] = (replay_object){e->name, line, holder, is_region};
+    replay_holder *h = &t->holders[holder];
+    if (is_region)
+        h->regions++;
+    else
+        h->allocations++;
     return (uint32_t)t->object_count++;
+}
+
+/* ---- holders ---- */
+
+#define NO_HOLDER UINT16_MAX
+
+static uint16_t find_holder(const parser *ps, const char *name)
+{
+    const replay_trace *t = ps->trace;
+    for (size_t i = 0; i < t->holder_count; i++) {
+        if (strcmp(t->holders[i].name, name) == 0)
+            return (uint16_t)i;
+    }
+    return NO_HOLDER;
+}
+
+/* Appends a holder; NO_HOLDER after reporting why not. */
+static uint16_t add_holder(parser *ps, uint32_t line, const char *name, bool declared)
+{
+    replay_trace *t = ps->trace;
+    if (t->holder_count >= REPLAY_MAX_HOLDERS) {
+        parse_error(ps, line, "more than %d holders", REPLAY_MAX_HOLDERS);
+        return NO_HOLDER;
+    }
+    size_t old_capacity = ps->holders_capacity;
+    if (!grow((void **)&t->holders, &ps->holders_capacity, t->holder_count + 1,
+              sizeof *t->holders)) {
+        ps->out_of_memory = true;
+        return NO_HOLDER;
+    }
+    if (ps->holders_capacity != old_capacity) {
+        uint64_t *live = realloc(ps->holder_live_bytes, ps->holders_capacity * sizeof *live);
+        if (!live) {
+            ps->out_of_memory = true;
+            return NO_HOLDER;
+        }
+        ps->holder_live_bytes = live;
+    }
+    replay_holder *h = &t->holders[t->holder_count];
+    memset(h, 0, sizeof *h);
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->role = ORTMEM_ROLE_OTHER;
+    h->line = line;
+    h->declared = declared;
+    ps->holder_live_bytes[t->holder_count] = 0;
+    return (uint16_t)t->holder_count++;
+}
+
+/* The holder an annotation names (NULL: none, the default holder), or
+ * NO_HOLDER after reporting why not. */
+static uint16_t holder_of(parser *ps, uint32_t line, const char *name)
+{
+    if (!name) {
+        uint16_t h = find_holder(ps, REPLAY_DEFAULT_HOLDER);
+        return h != NO_HOLDER ? h : add_holder(ps, line, REPLAY_DEFAULT_HOLDER, false);
+    }
+    uint16_t h = *name ? find_holder(ps, name) : NO_HOLDER;
+    if (h == NO_HOLDER)
+        parse_error(ps, line,
+                    "no holder '%s' (a holder line must declare it first: holder NAME "
+                    "ROLE [PRIORITY] [reclaimable])",
+                    name);
+    return h;
+}
+
+/* A holder for an object whose line named an unknown one: the object is still
+ * registered, so later lines on it do not cascade errors (the trace is not
+ * replayed anyway). NO_HOLDER only when even that failed. */
+static uint16_t stand_in_holder(parser *ps, uint32_t line)
+{
+    return ps->trace->holder_count ? 0 : holder_of(ps, line, NULL);
+}
+
+static bool parse_priority(const char *text, int *priority)
+{
+    const char *p = text;
+    if (*p == '-' || *p == '+')
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return false;
+    errno = 0;
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || v < INT_MIN || v > INT_MAX)
+        return false;
+    *priority = (int)v;
+    return true;
+}
+
+/* holder NAME ROLE [PRIORITY] [reclaimable] */
+static void parse_holder(parser *ps, uint32_t line, char **tok, size_t args)
+{
+    if (args < 2 || args > 4) {
+        parse_error(ps, line,
+                    "holder takes 2 to 4 fields, got %zu (holder NAME ROLE [PRIORITY] "
+                    "[reclaimable])",
+                    args);
+        return;
+    }
+    const char *name = tok[1];
+    if (name[0] == '@') {
+        parse_error(ps, line, "holder name '%s' starts with '@' (write the name without it)", name);
+        return;
+    }
+    if (strlen(name) > REPLAY_HOLDER_NAME_MAX) {
+        parse_error(ps, line, "holder name '%.20s...' is longer than %d bytes", name,
+                    REPLAY_HOLDER_NAME_MAX);
+        return;
+    }
+    uint16_t existing = find_holder(ps, name);
+    if (existing != NO_HOLDER) {
+        const replay_holder *h = &ps->trace->holders[existing];
+        if (h->declared)
+            parse_error(ps, line, "holder '%s' is already declared (line %" PRIu32 ")", name,
+                        h->line);
+        else
+            parse_error(ps, line,
+                        "holder '%s' is the default holder, already charged by line %" PRIu32
+                        " (declare it before its first use)",
+                        name, h->line);
+        return;
+    }
+    ortmem_role role = ORTMEM_ROLE_OTHER;
+    bool ok = true;
+    if (ortmem_role_parse(tok[2], &role) != ORTMEM_OK) {
+        parse_error(ps, line, "role '%s' is not weights, kv, workspace or other", tok[2]);
+        ok = false;
+    }
+    int priority = 0;
+    bool reclaimable = false;
+    for (size_t i = 3; i <= args; i++) {
+        if (i == args && strcmp(tok[i], "reclaimable") == 0) {
+            reclaimable = true;
+        } else if (i == 3 && parse_priority(tok[i], &priority)) {
+            continue;
+        } else {
+            parse_error(ps, line,
+                        i == 3 ? "'%s' is neither a priority (an integer) nor 'reclaimable'"
+                               : "'%s' is not 'reclaimable'",
+                        tok[i]);
+            ok = false;
+        }
+    }
+    /* Registered even when malformed, so later lines do not cascade errors. */
+    uint16_t h = add_holder(ps, line, name, true);
+    if (h == NO_HOLDER || !ok)
+        return;
+    replay_holder *holder = &ps->trace->holders[h];
+    holder->role = role;
+    holder->priority = priority;
+    holder->reclaimable = reclaimable;
 }
 
 /* ---- one line ---- */
@@ -284,6 +448,25 @@ static void track_alloc_bytes(parser *ps, uint32_t object, uint64_t padded)
     ps->live_bytes = saturating_add(ps->live_bytes, padded);
     if (ps->live_bytes > ps->trace->alloc_peak_bytes)
         ps->trace->alloc_peak_bytes = ps->live_bytes;
+    uint16_t holder = ps->trace->objects[object].holder;
+    replay_holder *h = &ps->trace->holders[holder];
+    uint64_t *live = &ps->holder_live_bytes[holder];
+    *live = saturating_add(*live, padded);
+    if (*live > h->alloc_peak_bytes)
+        h->alloc_peak_bytes = *live;
+    if (padded > h->alloc_largest_bytes)
+        h->alloc_largest_bytes = padded;
+}
+
+static void untrack_alloc_bytes(parser *ps, uint32_t object)
+{
+    if (object >= ps->alloc_live_capacity)
+        return;
+    uint64_t bytes = ps->alloc_live_bytes[object];
+    ps->live_bytes = ps->live_bytes > bytes ? ps->live_bytes - bytes : 0;
+    uint64_t *live = &ps->holder_live_bytes[ps->trace->objects[object].holder];
+    *live = *live > bytes ? *live - bytes : 0;
+    ps->alloc_live_bytes[object] = 0;
 }
 
 static void parse_line(parser *ps, uint32_t line, char *text)
@@ -301,6 +484,10 @@ static void parse_line(parser *ps, uint32_t line, char *text)
     }
     if (n == 0)
         return;
+    if (strcmp(tok[0], "holder") == 0) {
+        parse_holder(ps, line, tok, n - 1);
+        return;
+    }
     replay_kind kind = REPLAY_KIND_COUNT;
     for (unsigned k = 0; k < REPLAY_KIND_COUNT; k++) {
         if (strcmp(tok[0], kind_names[k]) == 0)
@@ -308,13 +495,13 @@ static void parse_line(parser *ps, uint32_t line, char *text)
     }
     if (kind == REPLAY_KIND_COUNT) {
         parse_error(ps, line,
-                    "unknown operation '%s' (expected alloc, free, region, commit, decommit, "
-                    "share or destroy)",
+                    "unknown operation '%s' (expected holder, alloc, free, region, commit, "
+                    "decommit, share or destroy)",
                     tok[0]);
         return;
     }
     static const size_t min_args[REPLAY_KIND_COUNT] = {2, 1, 2, 3, 3, 5, 1};
-    static const size_t max_args[REPLAY_KIND_COUNT] = {3, 1, 2, 3, 3, 6, 1};
+    static const size_t max_args[REPLAY_KIND_COUNT] = {4, 1, 3, 3, 3, 6, 1};
     size_t args = n - 1;
     if (args < min_args[kind] || args > max_args[kind]) {
         if (min_args[kind] == max_args[kind])
@@ -334,7 +521,21 @@ static void parse_line(parser *ps, uint32_t line, char *text)
             ps->out_of_memory = true;
             return;
         }
-        ok = size_arg(ps, line, "size", tok[2], &op.arg[0]);
+        /* alloc ID SIZE [ALIGN] [@HOLDER]: the holder is the last field. */
+        uint16_t holder = NO_HOLDER;
+        if (args >= 3 && tok[args][0] == '@') {
+            holder = holder_of(ps, line, tok[args] + 1);
+            args--;
+        } else if (args == 4) {
+            parse_error(ps, line, "'%s' is not a holder (write @HOLDER as the last field)", tok[4]);
+            args--;
+        } else {
+            holder = holder_of(ps, line, NULL);
+        }
+        ok = holder != NO_HOLDER;
+        if (!ok && (holder = stand_in_holder(ps, line)) == NO_HOLDER)
+            return;
+        ok = size_arg(ps, line, "size", tok[2], &op.arg[0]) && ok;
         if (ok && op.arg[0] == 0) {
             parse_error(ps, line, "size is 0");
             ok = false;
@@ -352,7 +553,7 @@ static void parse_line(parser *ps, uint32_t line, char *text)
             return;
         }
         /* Registered even when malformed, so later lines do not cascade errors. */
-        op.object = new_object(ps, e, line, false);
+        op.object = new_object(ps, e, line, false, holder);
         if (op.object == NO_OBJECT)
             return;
         e->live_alloc = op.object;
@@ -384,11 +585,7 @@ static void parse_line(parser *ps, uint32_t line, char *text)
         op.object = e->live_alloc;
         e->live_alloc = NO_OBJECT;
         e->alloc_ended = line;
-        if (op.object < ps->alloc_live_capacity) {
-            uint64_t bytes = ps->alloc_live_bytes[op.object];
-            ps->live_bytes = ps->live_bytes > bytes ? ps->live_bytes - bytes : 0;
-            ps->alloc_live_bytes[op.object] = 0;
-        }
+        untrack_alloc_bytes(ps, op.object);
         break;
     }
     case REPLAY_REGION: {
@@ -397,7 +594,11 @@ static void parse_line(parser *ps, uint32_t line, char *text)
             ps->out_of_memory = true;
             return;
         }
-        ok = size_arg(ps, line, "size", tok[2], &op.arg[0]);
+        uint16_t holder = holder_of(ps, line, args == 3 ? tok[3] : NULL);
+        ok = holder != NO_HOLDER;
+        if (!ok && (holder = stand_in_holder(ps, line)) == NO_HOLDER)
+            return;
+        ok = size_arg(ps, line, "size", tok[2], &op.arg[0]) && ok;
         if (ok && op.arg[0] == 0) {
             parse_error(ps, line, "size is 0");
             ok = false;
@@ -407,7 +608,7 @@ static void parse_line(parser *ps, uint32_t line, char *text)
                         ps->trace->objects[e->live_region].line);
             return;
         }
-        op.object = new_object(ps, e, line, true);
+        op.object = new_object(ps, e, line, true, holder);
         if (op.object == NO_OBJECT)
             return;
         e->live_region = op.object;
@@ -499,6 +700,7 @@ bool replay_trace_load(const char *path, FILE *err, size_t max_errors, replay_tr
         fclose(in);
     free(ps.table);
     free(ps.alloc_live_bytes);
+    free(ps.holder_live_bytes);
     if (read_failed)
         fprintf(err, "ortmem-replay: reading '%s' failed\n", path);
     if (ps.out_of_memory)
@@ -522,6 +724,7 @@ void replay_trace_free(replay_trace *trace)
     free(trace->ops);
     free(trace->objects);
     free(trace->names);
+    free(trace->holders);
     memset(trace, 0, sizeof *trace);
 }
 
@@ -532,15 +735,29 @@ const char *replay_object_name(const replay_trace *trace, uint32_t object)
     return trace->names + trace->objects[object].name;
 }
 
+/* The holder an object's line names, or NULL for the default holder. */
+static const char *declared_holder(const replay_trace *trace, uint32_t object)
+{
+    if (object >= trace->object_count)
+        return NULL;
+    const replay_holder *h = &trace->holders[trace->objects[object].holder];
+    return h->declared ? h->name : NULL;
+}
+
 void replay_op_format(const replay_trace *trace, const replay_op *op, char *buf, size_t size)
 {
     const char *name = replay_kind_name((replay_kind)op->kind);
     const char *id = replay_object_name(trace, op->object);
+    const char *holder = declared_holder(trace, op->object);
     switch ((replay_kind)op->kind) {
     case REPLAY_ALLOC:
-        snprintf(buf, size, "%s %s %" PRIu64 " %" PRIu64, name, id, op->arg[0], op->arg[1]);
+        snprintf(buf, size, "%s %s %" PRIu64 " %" PRIu64 "%s%s", name, id, op->arg[0], op->arg[1],
+                 holder ? " @" : "", holder ? holder : "");
         break;
-    case REPLAY_REGION: snprintf(buf, size, "%s %s %" PRIu64, name, id, op->arg[0]); break;
+    case REPLAY_REGION:
+        snprintf(buf, size, "%s %s %" PRIu64 "%s%s", name, id, op->arg[0], holder ? " " : "",
+                 holder ? holder : "");
+        break;
     case REPLAY_COMMIT:
     case REPLAY_DECOMMIT:
         snprintf(buf, size, "%s %s %" PRIu64 " %" PRIu64, name, id, op->arg[0], op->arg[1]);

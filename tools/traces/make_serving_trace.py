@@ -9,6 +9,12 @@ committed serving.trace changes only when this script does. Regenerate it with
 the command above after editing, and commit both.
 
 What it simulates, in trace terms (format: tools/replay/README.md):
+- four holders, the accounts the engine's memory is charged to: `weights`
+  (role weights), `kv` (role kv: the sequences), `prefix-cache` (role kv,
+  reclaimable at the lowest priority: the shared system prompts, which a
+  replay under --budget may decommit when a commit needs room and no sequence
+  maps them) and `workspace` (role workspace); allocations name theirs with
+  `@HOLDER`, regions with a last field;
 - startup: the weights of an 8-layer model (hidden 512, vocab 16000, fp16),
   68 MiB in 50 tensors, plus GEMM and RoPE workspaces, allocated from the arena;
 - two system prompts (chat, code) prefilled once into their own KV regions;
@@ -55,6 +61,15 @@ PREFILL_CHUNK = 512
 PRIVATE_KV_BUDGET = 60 * MiB  # above this the newest sequence is preempted
 REQUESTS = 36
 SYSTEM_PROMPTS = {"chat": 256, "code": 384}  # tokens; both end on a 2 MiB boundary
+
+# Holders: name, role, priority (higher is more important), reclaimable.
+HOLDERS = [
+    ("weights", "weights", 100, False),
+    ("workspace", "workspace", 90, False),
+    ("kv", "kv", 50, False),
+    ("prefix-cache", "kv", 10, True),
+]
+WEIGHTS, WORKSPACE, KV, PREFIX_CACHE = "@weights", "@workspace", "kv", "prefix-cache"
 
 
 def size(n):
@@ -119,41 +134,47 @@ class Trace:
         seq.committed_blocks = need
 
 
+def holders(trace):
+    trace.comment("holders: NAME ROLE PRIORITY [reclaimable]; pressure asks the lowest first")
+    for name, role, priority, reclaimable in HOLDERS:
+        trace.op("holder", name, role, priority, *(["reclaimable"] if reclaimable else []))
+
+
 def weights(trace):
     trace.comment("startup: weights (8 layers, hidden 512, vocab 16000, fp16) and workspaces")
-    trace.op("alloc", "w.embed", size(VOCAB * HIDDEN * FP16), 4096)
+    trace.op("alloc", "w.embed", size(VOCAB * HIDDEN * FP16), 4096, WEIGHTS)
     for layer in range(LAYERS):
         p = f"w.l{layer}"
-        trace.op("alloc", f"{p}.attn_norm", HIDDEN * FP16)
-        trace.op("alloc", f"{p}.qkv", size(HIDDEN * 3 * HEADS * HEAD_DIM * FP16), 4096)
-        trace.op("alloc", f"{p}.o", size(HEADS * HEAD_DIM * HIDDEN * FP16), 4096)
-        trace.op("alloc", f"{p}.mlp_norm", HIDDEN * FP16)
-        trace.op("alloc", f"{p}.gate_up", size(HIDDEN * 2 * INTERMEDIATE * FP16), 65536)
-        trace.op("alloc", f"{p}.down", size(INTERMEDIATE * HIDDEN * FP16), 65536)
-    trace.op("alloc", "w.final_norm", HIDDEN * FP16)
-    trace.op("alloc", "ws.gemm", size(4 * MiB), 4096)
-    trace.op("alloc", "ws.rope_cache", size(MAX_CONTEXT * HEAD_DIM * 4), 512)
+        trace.op("alloc", f"{p}.attn_norm", HIDDEN * FP16, WEIGHTS)
+        trace.op("alloc", f"{p}.qkv", size(HIDDEN * 3 * HEADS * HEAD_DIM * FP16), 4096, WEIGHTS)
+        trace.op("alloc", f"{p}.o", size(HEADS * HEAD_DIM * HIDDEN * FP16), 4096, WEIGHTS)
+        trace.op("alloc", f"{p}.mlp_norm", HIDDEN * FP16, WEIGHTS)
+        trace.op("alloc", f"{p}.gate_up", size(HIDDEN * 2 * INTERMEDIATE * FP16), 65536, WEIGHTS)
+        trace.op("alloc", f"{p}.down", size(INTERMEDIATE * HIDDEN * FP16), 65536, WEIGHTS)
+    trace.op("alloc", "w.final_norm", HIDDEN * FP16, WEIGHTS)
+    trace.op("alloc", "ws.gemm", size(4 * MiB), 4096, WORKSPACE)
+    trace.op("alloc", "ws.rope_cache", size(MAX_CONTEXT * HEAD_DIM * 4), 512, WORKSPACE)
 
 
 def system_prompts(trace):
     trace.comment("startup: system prompts prefilled once, shared read-only by sequences")
     for name, tokens in SYSTEM_PROMPTS.items():
         rid = f"kv.sys.{name}"
-        trace.op("region", rid, size(round_up(tokens * KV_PER_TOKEN, 2 * MiB)))
+        trace.op("region", rid, size(round_up(tokens * KV_PER_TOKEN, 2 * MiB)), PREFIX_CACHE)
         trace.op("commit", rid, 0, size(tokens * KV_PER_TOKEN))
 
 
 def activations(trace, rng, tokens, logits_rows):
     """One forward pass over `tokens` tokens, sampling `logits_rows` of them."""
-    trace.op("alloc", "act.hidden", size(tokens * HIDDEN * FP16), 256)
-    trace.op("alloc", "act.qkv", size(tokens * 3 * HEADS * HEAD_DIM * FP16), 256)
+    trace.op("alloc", "act.hidden", size(tokens * HIDDEN * FP16), 256, WORKSPACE)
+    trace.op("alloc", "act.qkv", size(tokens * 3 * HEADS * HEAD_DIM * FP16), 256, WORKSPACE)
     trace.op("free", "act.qkv")
     trace.op("alloc", "act.mlp", size(tokens * 2 * INTERMEDIATE * FP16),
-             rng.choice([256, 4096, 65536]))
+             rng.choice([256, 4096, 65536]), WORKSPACE)
     trace.op("free", "act.mlp")
     if logits_rows:
-        trace.op("alloc", "act.logits", size(logits_rows * VOCAB * 4), 512)
-        trace.op("alloc", "act.tokens", logits_rows * 4, 64)
+        trace.op("alloc", "act.logits", size(logits_rows * VOCAB * 4), 512, WORKSPACE)
+        trace.op("alloc", "act.tokens", logits_rows * 4, 64, WORKSPACE)
         trace.op("free", "act.logits")
     trace.op("free", "act.hidden")
     if logits_rows:
@@ -186,7 +207,7 @@ def serve(trace, rng):
             waiting.pop(0)
             if not seq.started:
                 seq.started = True
-                trace.op("region", seq.id, size(KV_REGION_BYTES))
+                trace.op("region", seq.id, size(KV_REGION_BYTES), KV)
                 if seq.system:
                     tokens = SYSTEM_PROMPTS[seq.system]
                     trace.op("share", seq.id, 0, f"kv.sys.{seq.system}", 0,
@@ -261,6 +282,7 @@ def main():
     output = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "serving.trace")
     rng = random.Random(SEED)
     trace = Trace()
+    holders(trace)
     weights(trace)
     system_prompts(trace)
     steps, preemptions = serve(trace, rng)
@@ -269,7 +291,7 @@ def main():
         "# ortmem trace v1: a small inference server (serving.trace)",
         "# GENERATED by tools/traces/make_serving_trace.py (seed %d); do not edit by hand." % SEED,
         "# Regenerate: python3 tools/traces/make_serving_trace.py",
-        "# Replay:     ortmem-replay tools/traces/serving.trace",
+        "# Replay:     ortmem-replay tools/traces/serving.trace [--budget 128MiB]",
         "# %d requests over %d steps, at most %d in a batch, %d preemptions; KV %d KiB per token,"
         % (REQUESTS, steps, MAX_BATCH, preemptions, KV_PER_TOKEN // KiB),
         "# committed %d tokens (%d KiB) at a time. Share offsets assume a granule of at most 2 MiB."
