@@ -216,3 +216,20 @@ Test(region, destroy_returns_every_byte)
     cr_assert_eq(s.reserved_bytes, 0);
     cr_assert_eq(s.leaked_va_bytes, 0);
 }
+
+Test(region, base_alignment_can_be_asked_for)
+{
+    ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
+    opt.size = G;
+    opt.alignment = 64 * G;
+    ortmem_region *r = NULL;
+    for (int i = 0; i < 4; i++) {
+        OK(ortmem_region_create(b, &opt, &r));
+        cr_assert_eq((uintptr_t)ortmem_region_base(r) % (64 * G), 0);
+        OK(ortmem_region_destroy(r));
+    }
+    opt.alignment = G / 2;
+    EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_ALIGN);
+    opt.alignment = 3 * G;
+    EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_ALIGN);
+}

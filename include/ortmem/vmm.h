@@ -240,11 +240,12 @@ typedef struct ortmem_region_options {
     size_t size;                   /* bytes of VA; rounded up to the granule */
     unsigned flags;                /* ORTMEM_REGION_* */
     const ortmem_account *account; /* copied; charged before every map; NULL = none */
+    size_t alignment; /* of the base address: a power of two >= the granule; 0 = granule */
 } ortmem_region_options;
 
 #define ORTMEM_REGION_OPTIONS_INIT                                                                 \
     {                                                                                              \
-        sizeof(ortmem_region_options), 0, 0, NULL                                                  \
+        sizeof(ortmem_region_options), 0, 0, NULL, 0                                               \
     }
 
 ORTMEM_API ortmem_status ortmem_region_create(ortmem_backend *backend,

@@ -688,6 +688,15 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
         return st;
     ortmem_region_options ropt = ORTMEM_REGION_OPTIONS_INIT;
     ropt.size = opt.capacity;
+    /* The base is aligned to the capacity (a power of two, at most 1 GiB), so
+     * where an aligned allocation lands does not depend on where the VA
+     * happened to be reserved: placement is the same run after run. */
+    size_t base_align = 1;
+    while (base_align < opt.capacity && base_align < ((size_t)1 << 30))
+        base_align <<= 1;
+    size_t granule = 0;
+    if (ortmem_backend_granule(backend, &granule) == ORTMEM_OK && base_align > granule)
+        ropt.alignment = base_align;
     ropt.account = opt.account;
     ortmem_region *region = NULL;
     st = om_region_create(backend, &ropt, false, false, &region);

@@ -383,6 +383,14 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
                       "overflows",
                       opt.size, g);
     }
+    size_t align = opt.alignment ? opt.alignment : g;
+    if (align & (align - 1) || align < g) {
+        om_backend_unpin(b);
+        om_account_drop(&account);
+        return OM_ERR(ORTMEM_E_ALIGN,
+                      "region create: alignment %zu must be a power of two >= the granule %zu",
+                      opt.alignment, g);
+    }
     size_t size = (opt.size + g - 1) & ~(g - 1);
     ortmem_region *r = calloc(1, sizeof *r);
     om_slot *slots = r ? calloc(size / g, sizeof *slots) : NULL;
@@ -393,7 +401,7 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
         return OM_ERR(ORTMEM_E_NOMEM, "region create: bookkeeping for %zu granules", size / g);
     }
     r->slots = slots;
-    st = om_backend_reserve(b, size, g, &r->base);
+    st = om_backend_reserve(b, size, align, &r->base);
     if (st != ORTMEM_OK) {
         free(slots);
         free(r);

@@ -56,6 +56,17 @@ static ortmem_status cpu_errno(const char *what, int err, size_t size)
     return OM_ERR(st, "%s of %zu bytes failed: %s (errno %d)", what, size, strerror(err), err);
 }
 
+/* shmem's fallocate stops with EINTR when a signal is pending (seen under a
+ * parallel test run): it is safe to ask again for the same range. */
+static int cpu_fallocate(int fd, int mode, off_t offset, off_t len)
+{
+    int rc;
+    do {
+        rc = fallocate(fd, mode, offset, len);
+    } while (rc != 0 && errno == EINTR);
+    return rc;
+}
+
 static void cpu_track(cpu_backend *c, cpu_granule *g)
 {
     pthread_mutex_lock(&c->lock);
@@ -122,7 +133,7 @@ static ortmem_status cpu_unreserve(void *self, uintptr_t va, size_t size)
 static int cpu_fallocate_on_node(cpu_backend *c, int fd, off_t offset, size_t size)
 {
     if (c->numa_node < 0)
-        return fallocate(fd, 0, offset, (off_t)size);
+        return cpu_fallocate(fd, 0, offset, (off_t)size);
     hwloc_nodeset_t saved = hwloc_bitmap_alloc();
     hwloc_membind_policy_t policy = HWLOC_MEMBIND_DEFAULT;
     int have_saved =
@@ -130,7 +141,7 @@ static int cpu_fallocate_on_node(cpu_backend *c, int fd, off_t offset, size_t si
                                    HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) == 0;
     (void)hwloc_set_membind(c->topology, c->nodeset, HWLOC_MEMBIND_BIND,
                             HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET);
-    int rc = fallocate(fd, 0, offset, (off_t)size);
+    int rc = cpu_fallocate(fd, 0, offset, (off_t)size);
     int err = errno;
     if (have_saved)
         (void)hwloc_set_membind(c->topology, saved, policy,
@@ -143,7 +154,7 @@ static int cpu_fallocate_on_node(cpu_backend *c, int fd, off_t offset, size_t si
 static int cpu_fallocate_on_node(cpu_backend *c, int fd, off_t offset, size_t size)
 {
     (void)c;
-    return fallocate(fd, 0, offset, (off_t)size);
+    return cpu_fallocate(fd, 0, offset, (off_t)size);
 }
 #endif
 
@@ -242,7 +253,7 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
         c->holes = grown;
         c->hole_capacity = ncap;
     }
-    if (fallocate(c->shared_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, g->offset,
+    if (cpu_fallocate(c->shared_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, g->offset,
                   (off_t)g->size) != 0) {
         st = cpu_errno("release (punch hole)", errno, g->size);
         goto out;
