@@ -254,7 +254,7 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
         c->hole_capacity = ncap;
     }
     if (cpu_fallocate(c->shared_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, g->offset,
-                  (off_t)g->size) != 0) {
+                      (off_t)g->size) != 0) {
         st = cpu_errno("release (punch hole)", errno, g->size);
         goto out;
     }
