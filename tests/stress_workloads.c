@@ -400,7 +400,7 @@ static bool same_line(const ortmem_holder_report *x, const ortmem_holder_report 
 static void race_refused(race_worker *w, const ortmem_holder_report *before, const char *what)
 {
     w->refused++;
-    ortmem_holder_report after;
+    ortmem_holder_report after = {0};
     if (!own_line(w->authority, w->name, &after) || !same_line(before, &after)) {
         w->changed++;
         snprintf(w->detail, sizeof w->detail,
