@@ -5,5 +5,6 @@
 #include <ortmem/core.h>
 #include <ortmem/vmm.h>
 #include <ortmem/governance.h>
+#include <ortmem/kv.h>
 
 #endif /* ORTMEM_ORTMEM_H */

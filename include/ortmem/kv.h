@@ -1,0 +1,124 @@
+/* ortmem kv: KV-cache geometry and the paged KV cache.
+ *
+ * Geometry is pure arithmetic (docs/memory/KV_GEOMETRY.md): what a layout
+ * commits for n live tokens, where a stable full-context range starts to pay
+ * (the crossover), the bucket function, prefix sharing and capacity.
+ *
+ * The cache commits physical memory only where tokens live. Strategy STABLE
+ * reserves the full context as VA and commits on demand (pointers never move);
+ * BUCKET grows by power-of-two buckets and copies (pointers move, the binding
+ * generation changes); AUTO picks by the crossover and the capture wish.
+ * Every byte is charged to the cache's holder on its authority.
+ *
+ * Thread safety: geometry functions are pure. Cache functions are thread-safe;
+ * calls on one sequence are serialised. */
+#ifndef ORTMEM_KV_H
+#define ORTMEM_KV_H
+
+#include <ortmem/core.h>
+#include <ortmem/governance.h>
+#include <ortmem/vmm.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Geometry ---------------------------------------------------------------*/
+typedef enum ortmem_kv_dtype {
+    ORTMEM_KV_F32 = 0,
+    ORTMEM_KV_F16,
+    ORTMEM_KV_BF16,
+    ORTMEM_KV_FP8,
+    ORTMEM_KV_INT8,
+    ORTMEM_KV_INT4,
+    ORTMEM_KV_DTYPE_COUNT
+} ortmem_kv_dtype;
+
+typedef enum ortmem_kv_layout {
+    ORTMEM_KV_HEAD_MAJOR = 0, /* [H][cap][D] per (layer, K|V) binding: 2L*H fragments */
+    ORTMEM_KV_SEQ_MAJOR,      /* [cap][H][D] per binding: 2L fragments */
+    ORTMEM_KV_TOKEN_MAJOR,    /* [cap][2L][H][D]: one fragment */
+    ORTMEM_KV_LAYOUT_COUNT
+} ortmem_kv_layout;
+
+typedef struct ortmem_kv_geometry {
+    size_t struct_size;
+    uint32_t layers;   /* L */
+    uint32_t kv_heads; /* H */
+    uint32_t head_dim; /* D */
+    ortmem_kv_dtype dtype;
+    ortmem_kv_layout layout;
+    uint64_t granule; /* bytes, a power of two (queried from the backend, never assumed) */
+} ortmem_kv_geometry;
+
+#define ORTMEM_KV_GEOMETRY_INIT                                                                    \
+    {                                                                                              \
+        sizeof(ortmem_kv_geometry), 0, 0, 0, ORTMEM_KV_F16, ORTMEM_KV_HEAD_MAJOR, 0                \
+    }
+
+/* "f32", "f16", "bf16", "fp8", "int8", "int4"; "head-major", "seq-major",
+ * "token-major"; NULL when out of range. */
+ORTMEM_API const char *ortmem_kv_dtype_name(ortmem_kv_dtype dtype);
+ORTMEM_API const char *ortmem_kv_layout_name(ortmem_kv_layout layout);
+ORTMEM_API ortmem_status ortmem_kv_dtype_parse(const char *name, ortmem_kv_dtype *dtype);
+ORTMEM_API ortmem_status ortmem_kv_layout_parse(const char *name, ortmem_kv_layout *layout);
+/* Bits per element: 32, 16, 16, 8, 8, 4; 0 when out of range. */
+ORTMEM_API unsigned ortmem_kv_dtype_bits(ortmem_kv_dtype dtype);
+
+/* ORTMEM_E_INVALID (zero dimension, unknown dtype or layout, granule not a
+ * power of two, a head row that is not a whole number of bytes) or
+ * ORTMEM_E_OVERFLOW, with the reason. */
+ORTMEM_API ortmem_status ortmem_kv_geometry_check(const ortmem_kv_geometry *geometry);
+
+/* Named presets: "qwen2.5-0.5b", "qwen2.5-7b", "qwen14b", "llama-3-8b",
+ * "smollm2-135m" (fp16, head-major; granule left 0 to be filled). */
+ORTMEM_API ortmem_status ortmem_kv_preset(const char *name, ortmem_kv_geometry *geometry);
+/* The preset names, NULL-terminated. */
+ORTMEM_API const char *const *ortmem_kv_preset_names(void);
+
+/* Everything geometry says about one point (per sequence unless noted). */
+typedef struct ortmem_kv_eval {
+    size_t struct_size;
+    uint64_t bytes_per_token;            /* whole model: 2*L*H*D*bits/8 */
+    uint64_t fragments;                  /* contiguous ranges per sequence */
+    uint64_t contiguous_bytes_per_token; /* of one fragment */
+    uint64_t floor_bytes;                /* fragments * granule */
+    uint64_t crossover_tokens;           /* ceil(granule / contiguous_bytes_per_token) */
+    uint64_t committed_bytes;            /* stable layout, batch sequences, n tokens, cap */
+    uint64_t live_bytes;                 /* batch * n * bytes_per_token */
+    uint64_t bucket_tokens;              /* bucket(n), min bucket, hard max = capacity */
+    uint64_t bucket_bytes;               /* batch * bucket_tokens * bytes_per_token */
+    uint64_t bucket_committed_bytes;     /* batch * granules of a bucket-sized sequence */
+    uint64_t sequence_reserved_bytes;    /* VA of one stable sequence at capacity */
+    int shareable;                       /* prefix * contiguous >= granule */
+    uint64_t share_granules;             /* per sequence: fragments * floor(P*contig / g) */
+    uint64_t share_copy_bytes;           /* per sequence: the rest of the prefix, copied */
+} ortmem_kv_eval;
+
+/* tokens <= capacity (ORTMEM_E_RANGE otherwise), batch >= 1, prefix <= tokens
+ * (0 = none); min_bucket 0 = 256. */
+ORTMEM_API ortmem_status ortmem_kv_evaluate(const ortmem_kv_geometry *geometry, uint64_t tokens,
+                                            uint64_t capacity, uint64_t batch, uint64_t prefix,
+                                            uint64_t min_bucket, ortmem_kv_eval *eval);
+
+/* Byte offset and length of fragment f (0..fragments-1) within one stable
+ * sequence of the given capacity: binding bases are granule-aligned. */
+ORTMEM_API ortmem_status ortmem_kv_fragment(const ortmem_kv_geometry *geometry, uint64_t capacity,
+                                            uint64_t fragment, uint64_t *offset, uint64_t *length);
+
+/* bucket(n) = 0 if hard_max is 0, else min(max(next_pow2(n), min_bucket), hard_max). */
+ORTMEM_API uint64_t ortmem_kv_bucket(uint64_t tokens, uint64_t min_bucket, uint64_t hard_max);
+
+/* How many sequences of `tokens` live tokens (stable, capacity) fit in
+ * budget_bytes; with_prefix: when they share a prefix of `prefix` tokens whose
+ * full granules are mapped once. */
+ORTMEM_API ortmem_status ortmem_kv_capacity(const ortmem_kv_geometry *geometry,
+                                            uint64_t budget_bytes, uint64_t tokens,
+                                            uint64_t capacity, uint64_t prefix,
+                                            uint64_t *without_prefix, uint64_t *with_prefix);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ORTMEM_KV_H */
