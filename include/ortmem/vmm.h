@@ -268,6 +268,21 @@ ORTMEM_API size_t ortmem_region_granule(ortmem_region *region);
  * physical memory). */
 ORTMEM_API ortmem_status ortmem_region_commit(ortmem_region *region, size_t offset, size_t len);
 
+typedef struct ortmem_range {
+    size_t offset;
+    size_t length;
+} ortmem_range;
+
+/* As ortmem_region_commit over several ranges at once: one reservation, one
+ * set-access per contiguous run of new granules, all or nothing. */
+ORTMEM_API ortmem_status ortmem_region_commit_ranges(ortmem_region *region,
+                                                     const ortmem_range *ranges, size_t count);
+
+/* As ortmem_region_decommit over several ranges: every mapped granule lying
+ * wholly inside one of them; one unmap per contiguous run; all or nothing. */
+ORTMEM_API ortmem_status ortmem_region_decommit_ranges(ortmem_region *region,
+                                                       const ortmem_range *ranges, size_t count);
+
 /* Unmaps the mapped granules lying wholly inside [offset, offset+len). All or
  * nothing; ORTMEM_E_QUARANTINED when unmaps succeeded but a release failed. */
 ORTMEM_API ortmem_status ortmem_region_decommit(ortmem_region *region, size_t offset, size_t len);
@@ -284,6 +299,17 @@ ORTMEM_API ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offs
  * touches with a private read-write copy at the same VA. Needs the backend's
  * copy primitive and readable granules. All or nothing. */
 ORTMEM_API ortmem_status ortmem_region_cow(ortmem_region *region, size_t offset, size_t len);
+
+/* Copies len bytes between mapped, readable (source) and writable
+ * (destination) ranges of two regions of one backend, with the backend's copy
+ * primitive (a device copy on a device backend). */
+ORTMEM_API ortmem_status ortmem_region_copy(ortmem_region *dst, size_t dst_offset,
+                                            ortmem_region *src, size_t src_offset, size_t len);
+
+/* Copies len bytes with the backend's copy primitive between any addresses it
+ * can reach (a host tier and device memory, for example); synchronous. */
+ORTMEM_API ortmem_status ortmem_backend_copy(ortmem_backend *backend, void *dst, const void *src,
+                                             size_t len);
 
 /* Changes access over the mapped granules [offset, +len) (granule-aligned). */
 ORTMEM_API ortmem_status ortmem_region_protect(ortmem_region *region, size_t offset, size_t len,

@@ -859,8 +859,8 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
         /* One call for the run; the region skips granules already mapped. */
         /* A refused reservation is relieved by the caller once the arena lock
          * is dropped (a pressure callback may free into this very arena). */
-        ortmem_status st =
-            om_region_commit_for(a->region, c_first * g, (c_last - c_first + 1) * g, relief);
+        ortmem_range run = {c_first * g, (c_last - c_first + 1) * g};
+        ortmem_status st = om_region_commit_for(a->region, &run, 1, relief);
         if (st != ORTMEM_OK) {
             /* Looking for poisoned granules goes through the region, which
              * clears the thread's detail: keep the commit's own. */

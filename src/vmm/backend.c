@@ -297,6 +297,19 @@ bool om_backend_can_copy(const ortmem_backend *b)
     return b->ops.copy != NULL;
 }
 
+ortmem_status ortmem_backend_copy(ortmem_backend *b, void *dst, const void *src, size_t len)
+{
+    om_error_clear();
+    if (!dst || !src || !len)
+        return OM_ERR(ORTMEM_E_INVALID, "backend copy: NULL address or zero length");
+    ortmem_status st = om_backend_pin(b, "backend copy");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_copy(b, (uintptr_t)dst, (uintptr_t)src, len);
+    om_backend_unpin(b);
+    return st;
+}
+
 ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size)
 {
     if (!b->ops.copy)

@@ -593,27 +593,51 @@ static void note_requested(ortmem_region *r, size_t g0, size_t n, size_t offset,
     om_account_requested(&r->account, delta);
 }
 
-ortmem_status om_region_commit_for(ortmem_region *r, size_t offset, size_t len, om_relief *relief)
+/* Granule span [*g0, *g0 + *n) touched by ranges, or an error naming the bad one. */
+static ortmem_status ranges_span(const ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                 const char *what, size_t *g0, size_t *n)
+{
+    if (!ranges || count == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: no ranges", what);
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t i = 0; i < count; i++) {
+        ortmem_status st = check_range(r, ranges[i].offset, ranges[i].length, what);
+        if (st != ORTMEM_OK)
+            return om_error_wrap(st, "range %zu of %zu", i, count);
+        size_t first = ranges[i].offset / r->granule;
+        size_t last = (ranges[i].offset + ranges[i].length - 1) / r->granule;
+        lo = first < lo ? first : lo;
+        hi = last > hi ? last : hi;
+    }
+    *g0 = lo;
+    *n = hi - lo + 1;
+    return ORTMEM_OK;
+}
+
+ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                   om_relief *relief)
 {
     om_error_clear();
     ortmem_status st = pin_region(r, "region commit");
     if (st != ORTMEM_OK)
         return st;
     r->relief = relief;
-    st = check_range(r, offset, len, "region commit");
-    size_t g0 = offset / r->granule;
-    size_t n = st == ORTMEM_OK ? (offset + len - 1) / r->granule + 1 - g0 : 0;
-    if (st == ORTMEM_OK)
-        st = no_poison(r, g0, n, "region commit");
+    size_t g0 = 0, n = 0;
+    st = ranges_span(r, ranges, count, "region commit", &g0, &n);
     om_phys **phys = st == ORTMEM_OK ? calloc(n, sizeof *phys) : NULL;
     bool *want = phys ? calloc(n, sizeof *want) : NULL;
     if (st == ORTMEM_OK && !want)
         st = OM_ERR(ORTMEM_E_NOMEM, "region commit: bookkeeping for %zu granules", n);
-    size_t wanted = 0;
-    for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
-        want[k] = r->slots[g0 + k].state == ORTMEM_GRANULE_UNMAPPED;
-        wanted += want[k];
+    for (size_t i = 0; st == ORTMEM_OK && i < count; i++) {
+        size_t first = ranges[i].offset / r->granule;
+        size_t last = (ranges[i].offset + ranges[i].length - 1) / r->granule;
+        st = no_poison(r, first, last - first + 1, "region commit");
+        for (size_t k = first; st == ORTMEM_OK && k <= last; k++)
+            want[k - g0] = r->slots[k].state == ORTMEM_GRANULE_UNMAPPED;
     }
+    size_t wanted = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < n; k++)
+        wanted += want[k];
     om_hold hold = {0, 0};
     if (st == ORTMEM_OK && wanted) {
         st = acquire_granules(r, n, want, phys, (uint64_t)wanted * r->granule, &hold);
@@ -621,13 +645,21 @@ ortmem_status om_region_commit_for(ortmem_region *r, size_t offset, size_t len, 
             st = map_granules(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true, &hold);
         release_hold(r, &hold);
     }
-    if (st != ORTMEM_OK) {
-        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granule%s", offset, len, wanted,
+    if (st != ORTMEM_OK && count == 1) {
+        st = om_error_wrap(st, "region commit [%zu, +%zu) of %zu granule%s", ranges[0].offset,
+                           ranges[0].length, wanted, wanted == 1 ? "" : "s");
+    } else if (st != ORTMEM_OK) {
+        st = om_error_wrap(st, "region commit of %zu ranges (%zu granule%s)", count, wanted,
                            wanted == 1 ? "" : "s");
     } else {
-        note_requested(r, g0, n, offset, len);
-        if (r->traced)
-            om_trace_line("commit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
+        for (size_t i = 0; i < count; i++) {
+            size_t first = ranges[i].offset / r->granule;
+            size_t last = (ranges[i].offset + ranges[i].length - 1) / r->granule;
+            note_requested(r, first, last - first + 1, ranges[i].offset, ranges[i].length);
+            if (r->traced)
+                om_trace_line("commit r%llu %zu %zu", (unsigned long long)r->id, ranges[i].offset,
+                              ranges[i].length);
+        }
     }
     free(want);
     free(phys);
@@ -636,47 +668,64 @@ ortmem_status om_region_commit_for(ortmem_region *r, size_t offset, size_t len, 
     return st;
 }
 
-ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
+ortmem_status ortmem_region_commit_ranges(ortmem_region *r, const ortmem_range *ranges,
+                                          size_t count)
 {
     om_relief relief = {0};
-    ortmem_status st = om_region_commit_for(r, offset, len, &relief);
+    ortmem_status st = om_region_commit_for(r, ranges, count, &relief);
     if (om_relief_run(&relief, st))
-        st = om_region_commit_for(r, offset, len, NULL);
+        st = om_region_commit_for(r, ranges, count, NULL);
     return st;
 }
 
-ortmem_status ortmem_region_decommit(ortmem_region *r, size_t offset, size_t len)
+ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
+{
+    ortmem_range range = {offset, len};
+    return ortmem_region_commit_ranges(r, &range, 1);
+}
+
+ortmem_status ortmem_region_decommit_ranges(ortmem_region *r, const ortmem_range *ranges,
+                                            size_t count)
 {
     om_error_clear();
     ortmem_status st = pin_region(r, "region decommit");
     if (st != ORTMEM_OK)
         return st;
-    st = check_range(r, offset, len, "region decommit");
-    if (st != ORTMEM_OK) {
-        unpin_region(r);
-        return st;
-    }
-    /* Only granules wholly inside the range. */
-    size_t g0 = (offset + r->granule - 1) / r->granule;
-    size_t g1 = (offset + len) / r->granule;
-    size_t n = g1 > g0 ? g1 - g0 : 0;
-    bool *sel = n ? calloc(n, sizeof *sel) : NULL;
-    if (n && !sel)
+    size_t g0 = 0, n = 0;
+    st = ranges_span(r, ranges, count, "region decommit", &g0, &n);
+    bool *sel = st == ORTMEM_OK ? calloc(n, sizeof *sel) : NULL;
+    if (st == ORTMEM_OK && !sel)
         st = OM_ERR(ORTMEM_E_NOMEM, "region decommit: bookkeeping for %zu granules", n);
-    for (size_t k = 0; sel && k < n; k++)
-        sel[k] = r->slots[g0 + k].state == ORTMEM_GRANULE_MAPPED;
+    /* Only granules wholly inside a range. */
+    for (size_t i = 0; sel && i < count; i++) {
+        size_t first = (ranges[i].offset + r->granule - 1) / r->granule;
+        size_t end = (ranges[i].offset + ranges[i].length) / r->granule;
+        for (size_t k = first; k < end; k++)
+            sel[k - g0] = r->slots[k].state == ORTMEM_GRANULE_MAPPED;
+    }
     if (sel) {
         st = unmap_runs(r, g0, n, sel);
         if (st == ORTMEM_OK)
             st = drop_unmapped(r, g0, n, sel);
+        else if (count == 1)
+            st = om_error_wrap(st, "region decommit [%zu, +%zu): nothing changed", ranges[0].offset,
+                               ranges[0].length);
         else
-            st = om_error_wrap(st, "region decommit [%zu, +%zu): nothing changed", offset, len);
+            st = om_error_wrap(st, "region decommit of %zu ranges: nothing changed", count);
     }
-    if (st == ORTMEM_OK && r->traced)
-        om_trace_line("decommit r%llu %zu %zu", (unsigned long long)r->id, offset, len);
+    for (size_t i = 0; (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) && r->traced && i < count;
+         i++)
+        om_trace_line("decommit r%llu %zu %zu", (unsigned long long)r->id, ranges[i].offset,
+                      ranges[i].length);
     free(sel);
     unpin_region(r);
     return st;
+}
+
+ortmem_status ortmem_region_decommit(ortmem_region *r, size_t offset, size_t len)
+{
+    ortmem_range range = {offset, len};
+    return ortmem_region_decommit_ranges(r, &range, 1);
 }
 
 ortmem_status ortmem_region_protect(ortmem_region *r, size_t offset, size_t len,
@@ -819,6 +868,52 @@ ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset, ortmem_
     ortmem_status st = region_share_once(dst, dst_offset, src, src_offset, len, access, &relief);
     if (om_relief_run(&relief, st))
         st = region_share_once(dst, dst_offset, src, src_offset, len, access, NULL);
+    return st;
+}
+
+/* ---- copies ---- */
+
+static ortmem_status check_accessible(const ortmem_region *r, size_t offset, size_t len,
+                                      ortmem_access need, const char *what)
+{
+    size_t first = offset / r->granule, last = (offset + len - 1) / r->granule;
+    for (size_t k = first; k <= last; k++) {
+        const om_slot *s = &r->slots[k];
+        if (s->state != ORTMEM_GRANULE_MAPPED || (s->access & need) != need)
+            return OM_ERR(ORTMEM_E_STATE, "%s: granule at offset %zu is not mapped %s", what,
+                          k * r->granule, need == ORTMEM_ACCESS_READ ? "readable" : "writable");
+    }
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_region_copy(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
+                                 size_t src_offset, size_t len)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(dst, OM_KIND_REGION, "region copy (destination)");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_handle_pin(src, OM_KIND_REGION, "region copy (source)");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&dst->hdr);
+        return st;
+    }
+    lock_pair(dst, src);
+    st = check_range(dst, dst_offset, len, "region copy (destination)");
+    if (st == ORTMEM_OK)
+        st = check_range(src, src_offset, len, "region copy (source)");
+    if (st == ORTMEM_OK && dst->backend != src->backend)
+        st = OM_ERR(ORTMEM_E_INVALID, "region copy: regions live on different backends");
+    if (st == ORTMEM_OK)
+        st = check_accessible(src, src_offset, len, ORTMEM_ACCESS_READ, "region copy (source)");
+    if (st == ORTMEM_OK)
+        st = check_accessible(dst, dst_offset, len, ORTMEM_ACCESS_READ_WRITE,
+                              "region copy (destination)");
+    if (st == ORTMEM_OK)
+        st = om_backend_copy(dst->backend, dst->base + dst_offset, src->base + src_offset, len);
+    unlock_pair(dst, src);
+    om_handle_unpin(&src->hdr);
+    om_handle_unpin(&dst->hdr);
     return st;
 }
 

@@ -16,6 +16,7 @@ ortmem_status om_region_create(ortmem_backend *backend, const ortmem_region_opti
 /* ortmem_region_commit without relief: a refused reservation is noted in
  * relief for a caller that still holds locks of its own (the arena) and must
  * drop them before relieving. */
-ortmem_status om_region_commit_for(ortmem_region *r, size_t offset, size_t len, om_relief *relief);
+ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                   om_relief *relief);
 
 #endif
