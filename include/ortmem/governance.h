@@ -248,6 +248,10 @@ typedef struct ortmem_authority_report {
     size_t holder_count; /* holders registered (built-in ones included) */
 } ortmem_authority_report;
 
+/* One holder's line of the ledger. */
+ORTMEM_API ortmem_status ortmem_holder_report_get(ortmem_holder *holder,
+                                                  ortmem_holder_report *report);
+
 /* Fills report; holders (may be NULL) receives up to holder_capacity holders,
  * largest owned first. */
 ORTMEM_API ortmem_status ortmem_authority_report_get(ortmem_authority *authority,

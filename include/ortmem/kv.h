@@ -117,6 +117,126 @@ ORTMEM_API ortmem_status ortmem_kv_capacity(const ortmem_kv_geometry *geometry,
                                             uint64_t capacity, uint64_t prefix,
                                             uint64_t *without_prefix, uint64_t *with_prefix);
 
+/* ---- The KV cache -----------------------------------------------------------*/
+typedef struct ortmem_kv_cache ortmem_kv_cache;
+typedef struct ortmem_kv_seq ortmem_kv_seq;
+
+typedef enum ortmem_kv_strategy {
+    ORTMEM_KV_STABLE = 0, /* full context reserved as VA, committed on demand; pointers fixed */
+    ORTMEM_KV_BUCKET,     /* power-of-two buckets, copied on growth; pointers move */
+    ORTMEM_KV_AUTO,       /* chosen at create by the crossover and the capture wish */
+    ORTMEM_KV_STRATEGY_COUNT
+} ortmem_kv_strategy;
+
+ORTMEM_API const char *ortmem_kv_strategy_name(ortmem_kv_strategy strategy);
+ORTMEM_API ortmem_status ortmem_kv_strategy_parse(const char *name, ortmem_kv_strategy *strategy);
+
+typedef struct ortmem_kv_cache_options {
+    size_t struct_size;
+    ortmem_kv_geometry geometry; /* granule 0 = the backend's granule */
+    ortmem_kv_strategy strategy;
+    uint64_t max_context;         /* tokens per sequence */
+    uint32_t max_sequences;       /* live sequences at once; 0 = no limit */
+    int graph_capture;            /* captured graphs will hold the binding pointers */
+    uint64_t expected_tokens;     /* typical live tokens per sequence (auto); 0 = max_context/4 */
+    uint64_t min_bucket;          /* 0 = 256 */
+    int zero_tail;                /* map one read-only zero granule over the uncommitted tail */
+    int prefix_cache;             /* keep published prefixes for reuse (stable strategy) */
+    int priority;                 /* of the cache's holders */
+    ortmem_backend *host_backend; /* swap tier; NULL = no swap */
+} ortmem_kv_cache_options;
+
+#define ORTMEM_KV_CACHE_OPTIONS_INIT                                                               \
+    {                                                                                              \
+        sizeof(ortmem_kv_cache_options), ORTMEM_KV_GEOMETRY_INIT, ORTMEM_KV_AUTO, 0, 0, 0, 0, 0,   \
+            0, 0, 0, NULL                                                                          \
+    }
+
+/* Creates a cache on the authority's backend. It registers two holders, "kv"
+ * (role kv: the sequences) and, with prefix_cache, "kv-prefix" (role kv,
+ * reclaimable: under pressure it releases unreferenced prefixes, least
+ * recently used first). */
+ORTMEM_API ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
+                                                const ortmem_kv_cache_options *options,
+                                                ortmem_kv_cache **out);
+/* ORTMEM_E_BUSY (nothing changes) while sequences live. */
+ORTMEM_API ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *cache);
+
+/* The strategy in force and, in words with the numbers, why (auto's choice). */
+ORTMEM_API ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *cache,
+                                                 ortmem_kv_strategy *strategy, char *buffer,
+                                                 size_t capacity);
+
+/* Where one (layer, K|V) tensor of a sequence lives. A kernel reads only
+ * tokens [0, length). generation changes exactly when base or a stride
+ * changes (bucket growth); capacity is in tokens. */
+typedef struct ortmem_kv_binding {
+    size_t struct_size;
+    void *base;
+    uint64_t token_stride; /* bytes from token t to t+1 of one head */
+    uint64_t head_stride;  /* bytes from head h to h+1 at one token */
+    uint64_t capacity;
+    uint64_t generation;
+} ortmem_kv_binding;
+
+ORTMEM_API ortmem_status ortmem_kv_seq_create(ortmem_kv_cache *cache, ortmem_kv_seq **out);
+/* A sequence whose prompt starts with a published prefix maps that prefix's
+ * granules instead of recomputing it: *reused_tokens (may be 0) are live at
+ * once and need no prefill. */
+ORTMEM_API ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *cache,
+                                                          const int32_t *tokens, size_t count,
+                                                          ortmem_kv_seq **out,
+                                                          uint64_t *reused_tokens);
+/* Grows the sequence by tokens (committing, or moving to the next bucket).
+ * A refusal (ORTMEM_E_BUDGET, ORTMEM_E_RANGE past max_context) leaves the
+ * sequence unchanged and says why. */
+ORTMEM_API ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *seq, uint64_t tokens);
+/* Rewinds to length tokens; stable sequences decommit granules wholly beyond. */
+ORTMEM_API ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *seq, uint64_t length);
+/* A child with the parent's tokens: every granule wholly holding live bytes is
+ * shared read-only (no new owned bytes), partial granules are copied. Writes
+ * after the fork never leak between the two (appends copy shared granules
+ * first). */
+ORTMEM_API ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *seq, ortmem_kv_seq **child);
+ORTMEM_API ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *seq);
+ORTMEM_API ortmem_status ortmem_kv_seq_length(ortmem_kv_seq *seq, uint64_t *length);
+/* value 0: the K tensor of layer, 1: the V tensor. */
+ORTMEM_API ortmem_status ortmem_kv_seq_binding(ortmem_kv_seq *seq, uint32_t layer, int value,
+                                               ortmem_kv_binding *binding);
+/* Offers the sequence's first tokens to the prefix cache: the longest prefix
+ * of whole granule blocks that tokens and the sequence cover. */
+ORTMEM_API ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *seq, const int32_t *tokens,
+                                               size_t count);
+/* Copies the live bytes to the host tier and releases the device granules
+ * (the VA stays reserved); swap_in commits and copies them back, byte for
+ * byte. A swapped-out sequence refuses every other operation but destroy. */
+ORTMEM_API ortmem_status ortmem_kv_seq_swap_out(ortmem_kv_seq *seq);
+ORTMEM_API ortmem_status ortmem_kv_seq_swap_in(ortmem_kv_seq *seq);
+
+typedef struct ortmem_kv_stats {
+    size_t struct_size;
+    uint64_t sequences;
+    uint64_t live_tokens;
+    uint64_t live_bytes;        /* live tokens * bytes per token */
+    uint64_t committed_bytes;   /* owned by the cache's holders */
+    uint64_t mapped_bytes;      /* mapped by them (aliases count again) */
+    uint64_t reserved_va_bytes; /* VA of the sequences' regions */
+    uint64_t committed_granules;
+    uint64_t shared_granules;     /* sequence granules mapped elsewhere too */
+    uint64_t growth_copied_bytes; /* bucket growth */
+    uint64_t cow_copied_bytes;    /* appends into shared granules, fork boundaries */
+    uint64_t generations_bumped;
+    uint64_t prefix_entries;
+    uint64_t prefix_hits;
+    uint64_t prefix_tokens_reused;
+    uint64_t prefix_bytes_saved; /* granules mapped instead of committed */
+    uint64_t prefix_released;    /* entries released under pressure */
+    uint64_t swaps_out, swaps_in;
+    uint64_t zero_tail_mapped_bytes; /* the zero granule's aliases */
+} ortmem_kv_stats;
+
+ORTMEM_API ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *cache, ortmem_kv_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

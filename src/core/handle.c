@@ -113,6 +113,8 @@ static const char *om_kind_name(om_kind kind)
     case OM_KIND_GRANT: return "grant";
     case OM_KIND_TICKET: return "ticket";
     case OM_KIND_FENCE: return "fence";
+    case OM_KIND_KV_CACHE: return "kv cache";
+    case OM_KIND_KV_SEQ: return "kv sequence";
     }
     return "handle";
 }

@@ -18,6 +18,8 @@ typedef enum om_kind {
     OM_KIND_GRANT,
     OM_KIND_TICKET,
     OM_KIND_FENCE,
+    OM_KIND_KV_CACHE,
+    OM_KIND_KV_SEQ,
 } om_kind;
 
 /* First member of every handle struct. */

@@ -210,8 +210,9 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
     for (size_t i = 0; asked && i < a->holder_count; i++) {
         ortmem_holder *h = a->holders[i];
         /* Pinned so that it stays registered while its callback runs. */
-        /* A holder with nothing charged or held has nothing to give back. */
-        if (h != exclude && h->on_pressure && h->footprint &&
+        /* A holder with nothing charged, held or mapped has nothing to give
+         * back (mapped counts: dropping an alias can free another's granule). */
+        if (h != exclude && h->on_pressure && (h->footprint || h->mapped) &&
             om_handle_pin(h, OM_KIND_HOLDER, "pressure") == ORTMEM_OK) {
             h->in_pressure++;
             asked[n++] = h;

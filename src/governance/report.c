@@ -31,6 +31,21 @@ static void om_holder_report_fill(const ortmem_holder *h, ortmem_holder_report *
     r->leased_bytes = h->leased;
 }
 
+ortmem_status ortmem_holder_report_get(ortmem_holder *h, ortmem_holder_report *report)
+{
+    om_error_clear();
+    if (!report)
+        return OM_ERR(ORTMEM_E_INVALID, "holder report: output is NULL");
+    ortmem_status st = om_holder_pin(h, "holder report");
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&h->authority->lock);
+    om_holder_report_fill(h, report);
+    pthread_mutex_unlock(&h->authority->lock);
+    om_holder_unpin(h);
+    return ORTMEM_OK;
+}
+
 /* Snapshot under the lock: the report and every holder, largest first. */
 static ortmem_status om_snapshot(ortmem_authority *a, ortmem_authority_report *rep,
                                  ortmem_holder_report **holders, size_t *count)

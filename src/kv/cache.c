@@ -1,0 +1,474 @@
+/* The KV cache: creation, the strategy choice, layout helpers shared by the
+ * sequence code, the zero tail and the stats. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kv/kv.h"
+
+static const char *const om_strategy_names[ORTMEM_KV_STRATEGY_COUNT] = {"stable", "bucket", "auto"};
+
+const char *ortmem_kv_strategy_name(ortmem_kv_strategy s)
+{
+    return (unsigned)s < ORTMEM_KV_STRATEGY_COUNT ? om_strategy_names[s] : NULL;
+}
+
+ortmem_status ortmem_kv_strategy_parse(const char *name, ortmem_kv_strategy *s)
+{
+    for (unsigned i = 0; name && s && i < ORTMEM_KV_STRATEGY_COUNT; i++) {
+        if (strcmp(name, om_strategy_names[i]) == 0) {
+            *s = (ortmem_kv_strategy)i;
+            return ORTMEM_OK;
+        }
+    }
+    return OM_ERR(ORTMEM_E_INVALID, "unknown strategy '%s' (stable, bucket, auto)",
+                  name ? name : "(null)");
+}
+
+/* ---- layout helpers ---- */
+
+ortmem_status om_kv_fragment(const ortmem_kv_cache *c, uint64_t cap, uint64_t f, uint64_t *offset,
+                             uint64_t *length)
+{
+    return ortmem_kv_fragment(&c->geometry, cap, f, offset, length);
+}
+
+ortmem_status om_kv_region_create(ortmem_kv_cache *c, uint64_t cap, const ortmem_account *account,
+                                  ortmem_region **out)
+{
+    ortmem_kv_eval e = {.struct_size = sizeof e};
+    ortmem_status st = ortmem_kv_evaluate(&c->geometry, 0, cap, 1, 0, 0, &e);
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
+    opt.size = (size_t)e.sequence_reserved_bytes;
+    opt.account = account;
+    return ortmem_region_create(c->backend, &opt, out);
+}
+
+ortmem_status om_kv_token_ranges(const ortmem_kv_cache *c, uint64_t cap, uint64_t from, uint64_t to,
+                                 ortmem_range *ranges)
+{
+    for (uint64_t f = 0; f < c->fragments; f++) {
+        uint64_t off, len;
+        ortmem_status st = om_kv_fragment(c, cap, f, &off, &len);
+        if (st != ORTMEM_OK)
+            return st;
+        ranges[f] =
+            (ortmem_range){(size_t)(off + from * c->contig), (size_t)((to - from) * c->contig)};
+    }
+    return ORTMEM_OK;
+}
+
+ortmem_status om_kv_live_bytes_per_granule(const ortmem_kv_cache *c, uint64_t cap, uint64_t tokens,
+                                           uint64_t *live, size_t granules)
+{
+    uint64_t g = c->geometry.granule;
+    for (uint64_t f = 0; tokens && f < c->fragments; f++) {
+        uint64_t off, len;
+        ortmem_status st = om_kv_fragment(c, cap, f, &off, &len);
+        if (st != ORTMEM_OK)
+            return st;
+        uint64_t end = off + tokens * c->contig;
+        for (uint64_t k = off / g; k < granules && k * g < end; k++) {
+            uint64_t lo = k * g > off ? k * g : off;
+            uint64_t hi = (k + 1) * g < end ? (k + 1) * g : end;
+            live[k] += hi - lo;
+        }
+    }
+    return ORTMEM_OK;
+}
+
+ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_region *src,
+                                 uint64_t cap, uint64_t tokens, bool copy_partial, uint64_t *shared)
+{
+    uint64_t g = c->geometry.granule;
+    size_t granules = ortmem_region_size(src) / g;
+    uint64_t *live = calloc(granules ? granules : 1, sizeof *live);
+    ortmem_range *partial = calloc(granules ? granules : 1, sizeof *partial);
+    if (!live || !partial) {
+        free(live);
+        free(partial);
+        return OM_ERR(ORTMEM_E_NOMEM, "kv share: bookkeeping for %zu granules", granules);
+    }
+    ortmem_status st = om_kv_live_bytes_per_granule(c, cap, tokens, live, granules);
+    size_t partial_count = 0;
+    uint64_t whole = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < granules;) {
+        if (live[k] != g) {
+            if (live[k])
+                partial[partial_count++] = (ortmem_range){k * g, g};
+            k++;
+            continue;
+        }
+        size_t run = 1;
+        while (k + run < granules && live[k + run] == g)
+            run++;
+        /* Whole granules are mapped, not copied: read-only, owned once. */
+        st = ortmem_region_share(dst, k * g, src, k * g, run * g, ORTMEM_ACCESS_READ);
+        whole += run;
+        k += run;
+    }
+    if (st == ORTMEM_OK && copy_partial && partial_count) {
+        st = ortmem_region_commit_ranges(dst, partial, partial_count);
+        for (size_t i = 0; st == ORTMEM_OK && i < partial_count; i++)
+            st = ortmem_region_copy(dst, partial[i].offset, src, partial[i].offset, g);
+        if (st == ORTMEM_OK) {
+            pthread_mutex_lock(&c->lock);
+            c->cow_copied += partial_count * g;
+            pthread_mutex_unlock(&c->lock);
+        }
+    }
+    free(live);
+    free(partial);
+    if (shared)
+        *shared = whole;
+    return st;
+}
+
+/* ---- zero tail ---- */
+
+ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s)
+{
+    if (!c->zero_tail || !s->region)
+        return ORTMEM_OK;
+    uint64_t g = c->geometry.granule;
+    for (size_t k = 0; k < s->granules; k++) {
+        ortmem_granule_info info = {.struct_size = sizeof info};
+        ortmem_status st = ortmem_region_granule_info(s->region, k * g, &info);
+        if (st != ORTMEM_OK)
+            return st;
+        if (info.state != ORTMEM_GRANULE_UNMAPPED)
+            continue;
+        st = ortmem_region_share(s->region, k * g, c->zero, 0, g, ORTMEM_ACCESS_READ);
+        if (st != ORTMEM_OK)
+            return om_error_wrap(st, "kv zero tail");
+        s->zero_mapped[k] = true;
+    }
+    return ORTMEM_OK;
+}
+
+ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to)
+{
+    if (!c->zero_tail || !s->region || to <= from)
+        return ORTMEM_OK;
+    uint64_t g = c->geometry.granule;
+    ortmem_range *ranges = calloc(s->granules ? s->granules : 1, sizeof *ranges);
+    uint64_t *live = calloc(s->granules ? s->granules : 1, sizeof *live);
+    ortmem_status st = ranges && live ? ORTMEM_OK : OM_ERR(ORTMEM_E_NOMEM, "kv zero tail");
+    /* The granules tokens [from, to) will land in: live for `to` tokens. */
+    if (st == ORTMEM_OK)
+        st = om_kv_live_bytes_per_granule(c, s->capacity, to, live, s->granules);
+    size_t n = 0;
+    for (size_t k = 0; st == ORTMEM_OK && k < s->granules; k++) {
+        if (live[k] && s->zero_mapped[k])
+            ranges[n++] = (ortmem_range){k * g, g};
+    }
+    if (st == ORTMEM_OK && n)
+        st = ortmem_region_decommit_ranges(s->region, ranges, n);
+    for (size_t i = 0; st == ORTMEM_OK && i < n; i++)
+        s->zero_mapped[ranges[i].offset / g] = false;
+    free(ranges);
+    free(live);
+    return st;
+}
+
+/* ---- the strategy ---- */
+
+static void om_choose(ortmem_kv_cache *c, const ortmem_kv_cache_options *o)
+{
+    uint64_t expected = o->expected_tokens ? o->expected_tokens : c->max_context / 4;
+    if (expected > c->max_context)
+        expected = c->max_context;
+    ortmem_kv_eval e = {.struct_size = sizeof e};
+    (void)ortmem_kv_evaluate(&c->geometry, expected, c->max_context, 1, 0, c->min_bucket, &e);
+    const char *layout = ortmem_kv_layout_name(c->geometry.layout);
+    if (o->strategy != ORTMEM_KV_AUTO) {
+        c->strategy = o->strategy;
+        snprintf(c->reason, sizeof c->reason, "%s was asked for%s", om_strategy_names[o->strategy],
+                 o->strategy == ORTMEM_KV_BUCKET && o->graph_capture
+                     ? "; graph capture is wanted, so every bucket growth (a new generation) "
+                       "invalidates the graphs that hold the old pointers"
+                     : "");
+        return;
+    }
+    if (o->graph_capture) {
+        c->strategy = ORTMEM_KV_STABLE;
+        snprintf(c->reason, sizeof c->reason,
+                 "stable: graph capture is wanted and captured graphs hold the binding pointers, "
+                 "which bucket growth would move; the full context of %llu tokens is reserved as "
+                 "VA and %llu bytes are committed for %llu typical tokens",
+                 (unsigned long long)c->max_context, (unsigned long long)e.committed_bytes,
+                 (unsigned long long)expected);
+    } else if (expected >= e.crossover_tokens) {
+        c->strategy = ORTMEM_KV_STABLE;
+        snprintf(c->reason, sizeof c->reason,
+                 "stable: typical sequences of %llu tokens reach the crossover of %llu tokens "
+                 "(%s, %llu contiguous bytes per token per fragment, granule %llu): a stable range "
+                 "commits %llu bytes for them against %llu for a %llu-token bucket",
+                 (unsigned long long)expected, (unsigned long long)e.crossover_tokens, layout,
+                 (unsigned long long)c->contig, (unsigned long long)c->geometry.granule,
+                 (unsigned long long)e.committed_bytes,
+                 (unsigned long long)e.bucket_committed_bytes, (unsigned long long)e.bucket_tokens);
+    } else {
+        c->strategy = ORTMEM_KV_BUCKET;
+        snprintf(c->reason, sizeof c->reason,
+                 "bucket: typical sequences of %llu tokens stay below the crossover of %llu tokens "
+                 "(%s, %llu contiguous bytes per token per fragment, granule %llu): a stable range "
+                 "would commit %llu bytes (floor %llu) against %llu for a %llu-token bucket, and "
+                 "no graph capture needs fixed pointers",
+                 (unsigned long long)expected, (unsigned long long)e.crossover_tokens, layout,
+                 (unsigned long long)c->contig, (unsigned long long)c->geometry.granule,
+                 (unsigned long long)e.committed_bytes, (unsigned long long)e.floor_bytes,
+                 (unsigned long long)e.bucket_committed_bytes, (unsigned long long)e.bucket_tokens);
+    }
+}
+
+/* ---- lifetime ---- */
+
+static ortmem_status om_register_holder(ortmem_kv_cache *c, const char *name, int priority,
+                                        ortmem_pressure_fn fn, ortmem_holder **h,
+                                        ortmem_account *account)
+{
+    ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
+    ho.name = name;
+    ho.role = ORTMEM_ROLE_KV;
+    ho.priority = priority;
+    ho.on_pressure = fn;
+    ho.user = c;
+    ortmem_status st = ortmem_holder_register(c->authority, &ho, h);
+    if (st == ORTMEM_OK)
+        st = ortmem_holder_account(*h, account);
+    return st;
+}
+
+static void om_cache_free(ortmem_kv_cache *c)
+{
+    if (c->zero)
+        (void)ortmem_region_destroy(c->zero);
+    if (c->prefix_holder)
+        (void)ortmem_holder_unregister(c->prefix_holder);
+    if (c->holder)
+        (void)ortmem_holder_unregister(c->holder);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
+                                     const ortmem_kv_cache_options *options, ortmem_kv_cache **out)
+{
+    om_error_clear();
+    if (!options || !out)
+        return OM_ERR(ORTMEM_E_INVALID, "kv cache create: options or out is NULL");
+    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_kv_cache_options))
+        return OM_ERR(ORTMEM_E_INVALID, "kv cache create: options struct_size %zu (knows %zu)",
+                      options->struct_size, sizeof(ortmem_kv_cache_options));
+    ortmem_kv_cache_options o = ORTMEM_KV_CACHE_OPTIONS_INIT;
+    memcpy(&o, options, options->struct_size);
+    if ((unsigned)o.strategy >= ORTMEM_KV_STRATEGY_COUNT)
+        return OM_ERR(ORTMEM_E_INVALID, "kv cache create: unknown strategy %d", (int)o.strategy);
+    if (o.max_context == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "kv cache create: max_context is 0");
+    ortmem_backend *backend = ortmem_authority_backend(authority);
+    if (!backend)
+        return OM_ERR(ORTMEM_E_HANDLE, "kv cache create: %p is not a live authority",
+                      (void *)authority);
+    size_t granule = 0;
+    ortmem_status st = ortmem_backend_granule(backend, &granule);
+    if (st != ORTMEM_OK)
+        return st;
+    if (o.geometry.granule == 0)
+        o.geometry.granule = granule;
+    if (o.geometry.granule != granule)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "kv cache create: geometry granule %llu differs from the backend's %zu",
+                      (unsigned long long)o.geometry.granule, granule);
+    st = ortmem_kv_geometry_check(&o.geometry);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "kv cache create");
+    ortmem_kv_eval e = {.struct_size = sizeof e};
+    st = ortmem_kv_evaluate(&o.geometry, 0, o.max_context, 1, 0, o.min_bucket, &e);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "kv cache create");
+    ortmem_kv_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return OM_ERR(ORTMEM_E_NOMEM, "kv cache create: bookkeeping");
+    pthread_mutex_init(&c->lock, NULL);
+    c->authority = authority;
+    c->backend = backend;
+    c->geometry = o.geometry;
+    c->bytes_per_token = e.bytes_per_token;
+    c->fragments = e.fragments;
+    c->contig = e.contiguous_bytes_per_token;
+    c->max_context = o.max_context;
+    c->min_bucket = o.min_bucket ? o.min_bucket : 256;
+    c->max_sequences = o.max_sequences;
+    c->zero_tail = o.zero_tail != 0;
+    c->host_backend = o.host_backend;
+    om_choose(c, &o);
+    c->prefix_cache = o.prefix_cache && c->strategy == ORTMEM_KV_STABLE;
+    if (o.prefix_cache && !c->prefix_cache)
+        st = OM_ERR(ORTMEM_E_UNSUPPORTED,
+                    "kv cache create: the prefix cache needs the stable strategy (a bucket "
+                    "sequence's layout changes with its bucket); %s",
+                    c->reason);
+    if (st == ORTMEM_OK && c->zero_tail && c->strategy != ORTMEM_KV_STABLE)
+        st = OM_ERR(ORTMEM_E_UNSUPPORTED,
+                    "kv cache create: the zero tail needs the stable strategy (a bucket is "
+                    "committed whole); %s",
+                    c->reason);
+    /* Prefix sharing and the zero tail work on whole granules of one
+     * fragment: every fragment must start on a granule. */
+    for (uint64_t f = 0; st == ORTMEM_OK && (c->prefix_cache || c->zero_tail) && f < c->fragments;
+         f++) {
+        uint64_t off, len;
+        st = om_kv_fragment(c, c->max_context, f, &off, &len);
+        if (st == ORTMEM_OK && off % granule)
+            st = OM_ERR(ORTMEM_E_UNSUPPORTED,
+                        "kv cache create: fragment %llu starts at byte %llu, not on a granule of "
+                        "%zu (max_context %llu * %llu contiguous bytes); the prefix cache and the "
+                        "zero tail need granule-aligned fragments",
+                        (unsigned long long)f, (unsigned long long)off, granule,
+                        (unsigned long long)c->max_context, (unsigned long long)c->contig);
+    }
+    if (st == ORTMEM_OK)
+        st = om_register_holder(c, "kv", o.priority, NULL, &c->holder, &c->account);
+    if (st == ORTMEM_OK && c->prefix_cache)
+        st = om_register_holder(c, "kv-prefix", o.priority - 1, om_prefix_pressure,
+                                &c->prefix_holder, &c->prefix_account);
+    if (st == ORTMEM_OK && c->zero_tail) {
+        ortmem_region_options ro = ORTMEM_REGION_OPTIONS_INIT;
+        ro.size = granule;
+        ro.account = &c->account;
+        st = ortmem_region_create(backend, &ro, &c->zero);
+        if (st == ORTMEM_OK)
+            st = ortmem_region_commit(c->zero, 0, granule);
+        if (st == ORTMEM_OK)
+            memset(ortmem_region_base(c->zero), 0, granule); /* a pooled granule keeps old bytes */
+        if (st == ORTMEM_OK)
+            st = ortmem_region_protect(c->zero, 0, granule, ORTMEM_ACCESS_READ);
+    }
+    if (st == ORTMEM_OK)
+        st = om_handle_register(&c->hdr, OM_KIND_KV_CACHE);
+    if (st != ORTMEM_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_cache_free(c);
+        return ortmem_error_set(st, "%s", detail);
+    }
+    *out = c;
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache destroy");
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&c->lock);
+    uint64_t live = c->seq_count;
+    pthread_mutex_unlock(&c->lock);
+    if (live) {
+        om_handle_unpin(&c->hdr);
+        return OM_ERR(ORTMEM_E_BUSY, "kv cache destroy: %llu sequences still live",
+                      (unsigned long long)live);
+    }
+    st = om_handle_retire(&c->hdr, "kv cache destroy");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&c->hdr);
+        return st;
+    }
+    om_prefix_release_all(c);
+    om_cache_free(c);
+    om_handle_end_destroy();
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *c, ortmem_kv_strategy *strategy,
+                                      char *buffer, size_t capacity)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache explain");
+    if (st != ORTMEM_OK)
+        return st;
+    if (strategy)
+        *strategy = c->strategy;
+    if (buffer && capacity)
+        snprintf(buffer, capacity, "%s", c->reason);
+    om_handle_unpin(&c->hdr);
+    return ORTMEM_OK;
+}
+
+/* ---- stats ---- */
+
+static void om_add_holder(ortmem_holder *h, ortmem_kv_stats *s)
+{
+    ortmem_holder_report r;
+    if (h && ortmem_holder_report_get(h, &r) == ORTMEM_OK) {
+        s->committed_bytes += r.owned_bytes;
+        s->mapped_bytes += r.mapped_bytes;
+    }
+}
+
+ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
+{
+    om_error_clear();
+    if (!stats || stats->struct_size == 0 || stats->struct_size > sizeof *stats)
+        return OM_ERR(ORTMEM_E_INVALID, "kv cache stats: NULL or struct_size unset");
+    ortmem_status st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache stats");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_stats s;
+    memset(&s, 0, sizeof s);
+    uint64_t g = c->geometry.granule;
+    /* Pin the sequences under the cache lock, then read each under its own
+     * lock (sequence before cache is the lock order). */
+    pthread_mutex_lock(&c->lock);
+    size_t n = 0;
+    ortmem_kv_seq **seqs = malloc((c->seq_count ? c->seq_count : 1) * sizeof *seqs);
+    for (ortmem_kv_seq *q = c->seqs; seqs && q; q = q->next) {
+        if (om_handle_pin(q, OM_KIND_KV_SEQ, "kv cache stats") == ORTMEM_OK)
+            seqs[n++] = q;
+    }
+    s.sequences = c->seq_count;
+    s.growth_copied_bytes = c->growth_copied;
+    s.cow_copied_bytes = c->cow_copied;
+    s.generations_bumped = c->generations;
+    s.prefix_entries = c->prefix_count;
+    s.prefix_hits = c->prefix_hits;
+    s.prefix_tokens_reused = c->prefix_tokens;
+    s.prefix_bytes_saved = c->prefix_saved;
+    s.prefix_released = c->prefix_released;
+    s.swaps_out = c->swaps_out;
+    s.swaps_in = c->swaps_in;
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        ortmem_kv_seq *q = seqs[i];
+        pthread_mutex_lock(&q->lock);
+        s.live_tokens += q->length;
+        if (q->region && !q->host) {
+            s.reserved_va_bytes += ortmem_region_size(q->region);
+            for (size_t k = 0; k < q->granules; k++) {
+                ortmem_granule_info info = {.struct_size = sizeof info};
+                if (q->zero_mapped[k])
+                    s.zero_tail_mapped_bytes += g;
+                else if (ortmem_region_granule_info(q->region, k * g, &info) == ORTMEM_OK &&
+                         info.state == ORTMEM_GRANULE_MAPPED && info.mappers > 1)
+                    s.shared_granules++;
+            }
+        }
+        pthread_mutex_unlock(&q->lock);
+        om_handle_unpin(&q->hdr);
+    }
+    free(seqs);
+    s.live_bytes = s.live_tokens * c->bytes_per_token;
+    om_add_holder(c->holder, &s);
+    om_add_holder(c->prefix_holder, &s);
+    s.committed_granules = s.committed_bytes / g;
+    s.struct_size = stats->struct_size;
+    memcpy(stats, &s, stats->struct_size);
+    om_handle_unpin(&c->hdr);
+    return ORTMEM_OK;
+}

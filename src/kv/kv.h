@@ -1,0 +1,103 @@
+/* Internal view of the KV cache, shared by the kv files.
+ *
+ * Lock order: sequence lock, then cache lock; the cache lock is held only for
+ * short bookkeeping (the sequence list, prefix entries, counters) and never
+ * across a vmm or governance call that may run pressure. A pressure callback
+ * (the prefix holder's) takes the cache lock only. */
+#ifndef ORTMEM_SRC_KV_KV_H
+#define ORTMEM_SRC_KV_KV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <ortmem/kv.h>
+
+#include "core/handle.h"
+
+typedef struct om_prefix om_prefix;
+
+struct ortmem_kv_seq {
+    om_handle hdr;
+    pthread_mutex_t lock;
+    ortmem_kv_cache *cache;
+    ortmem_kv_seq *prev, *next; /* the cache's list; cache lock */
+    ortmem_region *region;      /* NULL for a bucket sequence before its first append */
+    uint64_t capacity;          /* tokens the region is laid out for */
+    uint64_t length;
+    uint64_t generation;
+    uint64_t shared_upto; /* below this token, granules may be shared: copy before writing */
+    om_prefix *prefix;    /* the prefix entry it maps (referenced), or NULL */
+    ortmem_region *host;  /* the swapped-out copy, or NULL */
+    bool *zero_mapped;    /* per granule: the zero granule is mapped there */
+    size_t granules;      /* of region */
+};
+
+struct om_prefix {
+    om_prefix *prev, *next; /* LRU: head = least recently used */
+    ortmem_region *region;  /* maps the prefix's whole granules, read-only */
+    int32_t *tokens;
+    uint64_t count; /* tokens covered */
+    uint64_t hash;
+    uint64_t refs;     /* live sequences mapping it */
+    uint64_t granules; /* shared granules it maps */
+};
+
+struct ortmem_kv_cache {
+    om_handle hdr;
+    pthread_mutex_t lock;
+    ortmem_authority *authority;
+    ortmem_backend *backend;
+    ortmem_holder *holder, *prefix_holder;
+    ortmem_account account, prefix_account;
+    ortmem_kv_geometry geometry;
+    uint64_t bytes_per_token, fragments, contig;
+    ortmem_kv_strategy strategy; /* the one in force */
+    char reason[512];
+    uint64_t max_context, min_bucket;
+    uint32_t max_sequences;
+    bool zero_tail, prefix_cache;
+    ortmem_backend *host_backend;
+    ortmem_region *zero; /* one zeroed read-only granule (zero tail) */
+    ortmem_kv_seq *seqs;
+    uint64_t seq_count;
+    om_prefix *lru_head, *lru_tail;
+    uint64_t prefix_count;
+    /* Counters (cache lock). */
+    uint64_t growth_copied, cow_copied, generations, prefix_hits, prefix_tokens, prefix_saved,
+        prefix_released, swaps_out, swaps_in;
+};
+
+/* Fragment f's byte range in a sequence of capacity cap. */
+ortmem_status om_kv_fragment(const ortmem_kv_cache *c, uint64_t cap, uint64_t f, uint64_t *offset,
+                             uint64_t *length);
+/* The region of one sequence of capacity cap, charged to the cache's holder. */
+ortmem_status om_kv_region_create(ortmem_kv_cache *c, uint64_t cap, const ortmem_account *account,
+                                  ortmem_region **out);
+/* Per-fragment byte ranges of tokens [from, to) (to > from): fragments entries. */
+ortmem_status om_kv_token_ranges(const ortmem_kv_cache *c, uint64_t cap, uint64_t from, uint64_t to,
+                                 ortmem_range *ranges);
+/* Granule k of a sequence laid out for cap holds how many live bytes when
+ * `tokens` are live: fills live[] (granule count entries, zeroed by caller). */
+ortmem_status om_kv_live_bytes_per_granule(const ortmem_kv_cache *c, uint64_t cap, uint64_t tokens,
+                                           uint64_t *live, size_t granules);
+/* Maps src's granules that are wholly live for `tokens` into dst read-only
+ * and copies the live bytes of the others; *shared gets the granule count. */
+ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_region *src,
+                                 uint64_t cap, uint64_t tokens, bool copy_partial,
+                                 uint64_t *shared);
+/* Zero tail: maps the zero granule over every unmapped granule of the
+ * sequence region (after commits), or unmaps it from [from, to) tokens. */
+ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s);
+ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to);
+
+/* Prefix cache (prefix_cache.c). */
+om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count);
+void om_prefix_unref(ortmem_kv_cache *c, om_prefix *p);
+uint64_t om_prefix_pressure(void *user, uint64_t want_bytes);
+void om_prefix_release_all(ortmem_kv_cache *c);
+/* Tokens in one block whose bytes end on a granule in every fragment. */
+uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c);
+
+ortmem_status om_seq_pin(ortmem_kv_seq *s, const char *what);
+void om_seq_unpin(ortmem_kv_seq *s);
+
+#endif

@@ -1,0 +1,216 @@
+/* The prefix cache: published prefixes keep their whole granules mapped in a
+ * region of their own, charged to the reclaimable "kv-prefix" holder. A new
+ * sequence whose prompt starts with one maps those granules instead of
+ * recomputing them. Under pressure, unreferenced prefixes go first, least
+ * recently used first. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kv/kv.h"
+
+static uint64_t om_gcd(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c)
+{
+    return c->geometry.granule / om_gcd(c->geometry.granule, c->contig);
+}
+
+static uint64_t om_hash(const int32_t *tokens, uint64_t count)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the token bytes */
+    const unsigned char *p = (const unsigned char *)tokens;
+    for (uint64_t i = 0; i < count * sizeof *tokens; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Caller holds the cache lock. */
+static void om_lru_unlink(ortmem_kv_cache *c, om_prefix *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        c->lru_head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        c->lru_tail = p->prev;
+    p->prev = p->next = NULL;
+}
+
+static void om_lru_append(ortmem_kv_cache *c, om_prefix *p)
+{
+    p->prev = c->lru_tail;
+    p->next = NULL;
+    if (c->lru_tail)
+        c->lru_tail->next = p;
+    else
+        c->lru_head = p;
+    c->lru_tail = p;
+}
+
+static void om_prefix_free(om_prefix *p)
+{
+    if (p->region)
+        (void)ortmem_region_destroy(p->region);
+    free(p->tokens);
+    free(p);
+}
+
+om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count)
+{
+    pthread_mutex_lock(&c->lock);
+    om_prefix *best = NULL;
+    for (om_prefix *p = c->lru_head; p; p = p->next) {
+        if (p->count <= count && (!best || p->count > best->count) &&
+            om_hash(tokens, p->count) == p->hash &&
+            memcmp(tokens, p->tokens, p->count * sizeof *tokens) == 0)
+            best = p;
+    }
+    if (best) {
+        best->refs++;
+        om_lru_unlink(c, best);
+        om_lru_append(c, best); /* most recently used */
+    }
+    pthread_mutex_unlock(&c->lock);
+    return best;
+}
+
+void om_prefix_unref(ortmem_kv_cache *c, om_prefix *p)
+{
+    pthread_mutex_lock(&c->lock);
+    p->refs--;
+    pthread_mutex_unlock(&c->lock);
+}
+
+ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *s, const int32_t *tokens, size_t count)
+{
+    om_error_clear();
+    if (!tokens || !count)
+        return OM_ERR(ORTMEM_E_INVALID, "kv publish: no tokens");
+    ortmem_status st = om_seq_pin(s, "kv publish");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_cache *c = s->cache;
+    uint64_t block = om_prefix_block_tokens(c);
+    uint64_t usable = count < s->length ? count : s->length;
+    uint64_t covered = usable / block * block;
+    if (!c->prefix_cache)
+        st = OM_ERR(ORTMEM_E_STATE, "kv publish: the cache was created without a prefix cache");
+    else if (s->host)
+        st = OM_ERR(ORTMEM_E_STATE, "kv publish: the sequence is swapped out");
+    else if (covered == 0)
+        st = OM_ERR(ORTMEM_E_RANGE,
+                    "kv publish: %llu tokens are shorter than one granule block of %llu tokens "
+                    "(%llu contiguous bytes per token per fragment, granule %llu)",
+                    (unsigned long long)usable, (unsigned long long)block,
+                    (unsigned long long)c->contig, (unsigned long long)c->geometry.granule);
+    if (st != ORTMEM_OK) {
+        om_seq_unpin(s);
+        return st;
+    }
+    uint64_t hash = om_hash(tokens, covered);
+    pthread_mutex_lock(&c->lock);
+    for (om_prefix *p = c->lru_head; p; p = p->next) {
+        if (p->count == covered && p->hash == hash &&
+            memcmp(p->tokens, tokens, covered * sizeof *tokens) == 0) {
+            om_lru_unlink(c, p);
+            om_lru_append(c, p); /* published again: fresh */
+            pthread_mutex_unlock(&c->lock);
+            om_seq_unpin(s);
+            return ORTMEM_OK;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    om_prefix *p = calloc(1, sizeof *p);
+    int32_t *copy = p ? malloc(covered * sizeof *copy) : NULL;
+    if (!copy) {
+        free(p);
+        om_seq_unpin(s);
+        return OM_ERR(ORTMEM_E_NOMEM, "kv publish: %llu tokens", (unsigned long long)covered);
+    }
+    memcpy(copy, tokens, covered * sizeof *copy);
+    p->tokens = copy;
+    p->count = covered;
+    p->hash = hash;
+    st = om_kv_region_create(c, c->max_context, &c->prefix_account, &p->region);
+    if (st == ORTMEM_OK)
+        st = om_kv_share_prefix(c, p->region, s->region, s->capacity, covered, false, &p->granules);
+    if (st == ORTMEM_OK && p->granules == 0)
+        st = OM_ERR(ORTMEM_E_RANGE, "kv publish: no whole granule in %llu tokens",
+                    (unsigned long long)covered);
+    if (st != ORTMEM_OK) {
+        char detail[512];
+        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+        detail[sizeof detail - 1] = '\0';
+        om_prefix_free(p);
+        om_seq_unpin(s);
+        return ortmem_error_set(st, "kv publish: %s", detail);
+    }
+    if (covered > s->shared_upto)
+        s->shared_upto = covered; /* its granules are mapped by the entry now */
+    pthread_mutex_lock(&c->lock);
+    om_lru_append(c, p);
+    c->prefix_count++;
+    pthread_mutex_unlock(&c->lock);
+    om_seq_unpin(s);
+    return ORTMEM_OK;
+}
+
+static uint64_t om_owned(ortmem_backend *b)
+{
+    ortmem_vmm_stats v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    (void)ortmem_backend_stats(b, &v);
+    return v.owned_bytes;
+}
+
+uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
+{
+    ortmem_kv_cache *c = user;
+    uint64_t released = 0;
+    while (released < want_bytes) {
+        pthread_mutex_lock(&c->lock);
+        om_prefix *victim = c->lru_head;
+        while (victim && victim->refs)
+            victim = victim->next;
+        if (victim) {
+            om_lru_unlink(c, victim);
+            c->prefix_count--;
+            c->prefix_released++;
+        }
+        pthread_mutex_unlock(&c->lock);
+        if (!victim)
+            break;
+        /* What comes back: granules no live sequence maps any more. */
+        uint64_t before = om_owned(c->backend);
+        om_prefix_free(victim);
+        uint64_t after = om_owned(c->backend);
+        released += before > after ? before - after : 0;
+    }
+    return released;
+}
+
+void om_prefix_release_all(ortmem_kv_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    om_prefix *p = c->lru_head;
+    c->lru_head = c->lru_tail = NULL;
+    c->prefix_count = 0;
+    pthread_mutex_unlock(&c->lock);
+    while (p) {
+        om_prefix *next = p->next;
+        om_prefix_free(p);
+        p = next;
+    }
+}

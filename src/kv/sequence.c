@@ -1,0 +1,452 @@
+/* Sequences: create, append, truncate, fork, destroy, bindings. A stable
+ * sequence reserves the full context as VA and commits the granules its
+ * tokens land in; a bucket sequence holds a whole power-of-two bucket and
+ * moves to the next one, copying its live prefix, when it outgrows it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kv/kv.h"
+
+ortmem_status om_seq_pin(ortmem_kv_seq *s, const char *what)
+{
+    ortmem_status st = om_handle_pin(s, OM_KIND_KV_SEQ, what);
+    if (st == ORTMEM_OK)
+        pthread_mutex_lock(&s->lock);
+    return st;
+}
+
+void om_seq_unpin(ortmem_kv_seq *s)
+{
+    pthread_mutex_unlock(&s->lock);
+    om_handle_unpin(&s->hdr);
+}
+
+/* Gives s a region laid out for cap tokens (no zero tail yet). */
+static ortmem_status om_seq_attach(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t cap)
+{
+    ortmem_region *r = NULL;
+    ortmem_status st = om_kv_region_create(c, cap, &c->account, &r);
+    if (st != ORTMEM_OK)
+        return st;
+    size_t granules = ortmem_region_size(r) / c->geometry.granule;
+    bool *zero = calloc(granules ? granules : 1, sizeof *zero);
+    if (!zero) {
+        (void)ortmem_region_destroy(r);
+        return OM_ERR(ORTMEM_E_NOMEM, "kv sequence: bookkeeping for %zu granules", granules);
+    }
+    free(s->zero_mapped);
+    s->zero_mapped = zero;
+    s->granules = granules;
+    s->region = r;
+    s->capacity = cap;
+    return ORTMEM_OK;
+}
+
+static void om_seq_free(ortmem_kv_seq *s)
+{
+    if (s->region)
+        (void)ortmem_region_destroy(s->region);
+    if (s->host)
+        (void)ortmem_region_destroy(s->host);
+    free(s->zero_mapped);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static void om_seq_unlink(ortmem_kv_cache *c, ortmem_kv_seq *s)
+{
+    pthread_mutex_lock(&c->lock);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        c->seqs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    c->seq_count--;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* A new, empty, listed sequence; stable ones get their region. */
+static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out)
+{
+    ortmem_kv_seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return OM_ERR(ORTMEM_E_NOMEM, "kv sequence create: bookkeeping");
+    s->cache = c;
+    pthread_mutex_init(&s->lock, NULL);
+    ortmem_status st = ORTMEM_OK;
+    if (c->strategy == ORTMEM_KV_STABLE)
+        st = om_seq_attach(c, s, c->max_context);
+    if (st == ORTMEM_OK)
+        st = om_handle_register(&s->hdr, OM_KIND_KV_SEQ);
+    if (st != ORTMEM_OK) {
+        om_seq_free(s);
+        return st;
+    }
+    pthread_mutex_lock(&c->lock);
+    if (c->max_sequences && c->seq_count >= c->max_sequences) {
+        st = OM_ERR(ORTMEM_E_BUSY, "kv sequence create: %llu sequences live, the most allowed",
+                    (unsigned long long)c->seq_count);
+    } else {
+        s->next = c->seqs;
+        if (c->seqs)
+            c->seqs->prev = s;
+        c->seqs = s;
+        c->seq_count++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (st != ORTMEM_OK) {
+        (void)om_handle_pin(s, OM_KIND_KV_SEQ, "kv sequence create");
+        (void)om_handle_retire(&s->hdr, "kv sequence create");
+        om_seq_free(s);
+        om_handle_end_destroy();
+        return st;
+    }
+    *out = s;
+    return ORTMEM_OK;
+}
+
+/* Undoes om_seq_new for a sequence nobody has seen yet. */
+static void om_seq_discard(ortmem_kv_cache *c, ortmem_kv_seq *s)
+{
+    om_seq_unlink(c, s);
+    if (s->prefix)
+        om_prefix_unref(c, s->prefix);
+    (void)om_handle_pin(s, OM_KIND_KV_SEQ, "kv sequence");
+    (void)om_handle_retire(&s->hdr, "kv sequence");
+    om_seq_free(s);
+    om_handle_end_destroy();
+}
+
+ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t *tokens,
+                                               size_t count, ortmem_kv_seq **out,
+                                               uint64_t *reused_tokens)
+{
+    om_error_clear();
+    if (!out || (count && !tokens))
+        return OM_ERR(ORTMEM_E_INVALID, "kv sequence create: out NULL or tokens NULL");
+    ortmem_status st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv sequence create");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_seq *s = NULL;
+    st = om_seq_new(c, &s);
+    uint64_t reused = 0;
+    om_prefix *p =
+        st == ORTMEM_OK && c->prefix_cache && count ? om_prefix_find(c, tokens, count) : NULL;
+    if (p) {
+        uint64_t shared = 0;
+        st = om_kv_share_prefix(c, s->region, p->region, c->max_context, p->count, false, &shared);
+        if (st == ORTMEM_OK) {
+            s->prefix = p;
+            s->length = s->shared_upto = reused = p->count;
+            pthread_mutex_lock(&c->lock);
+            c->prefix_hits++;
+            c->prefix_tokens += p->count;
+            c->prefix_saved += shared * c->geometry.granule;
+            pthread_mutex_unlock(&c->lock);
+        } else {
+            om_prefix_unref(c, p);
+        }
+    }
+    if (st == ORTMEM_OK)
+        st = om_kv_zero_fill(c, s);
+    if (st != ORTMEM_OK && s) {
+        char detail[512];
+        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+        detail[sizeof detail - 1] = '\0';
+        om_seq_discard(c, s);
+        st = ortmem_error_set(st, "%s", detail);
+    }
+    if (st == ORTMEM_OK) {
+        *out = s;
+        if (reused_tokens)
+            *reused_tokens = reused;
+    }
+    om_handle_unpin(&c->hdr);
+    return st;
+}
+
+ortmem_status ortmem_kv_seq_create(ortmem_kv_cache *c, ortmem_kv_seq **out)
+{
+    return ortmem_kv_seq_create_with_prompt(c, NULL, 0, out, NULL);
+}
+
+ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *s)
+{
+    om_error_clear();
+    ortmem_status st = om_handle_pin(s, OM_KIND_KV_SEQ, "kv sequence destroy");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_handle_retire(&s->hdr, "kv sequence destroy");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&s->hdr);
+        return st;
+    }
+    ortmem_kv_cache *c = s->cache;
+    om_seq_unlink(c, s);
+    if (s->prefix)
+        om_prefix_unref(c, s->prefix);
+    om_seq_free(s);
+    om_handle_end_destroy();
+    return ORTMEM_OK;
+}
+
+/* ---- growth ---- */
+
+static uint64_t om_copy_calls(ortmem_backend *b)
+{
+    ortmem_vmm_stats v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    (void)ortmem_backend_stats(b, &v);
+    return v.calls[ORTMEM_OP_COPY];
+}
+
+static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t to)
+{
+    ortmem_range *ranges = calloc(c->fragments, sizeof *ranges);
+    if (!ranges)
+        return OM_ERR(ORTMEM_E_NOMEM, "kv append: %llu ranges", (unsigned long long)c->fragments);
+    ortmem_status st = om_kv_token_ranges(c, s->capacity, s->length, to, ranges);
+    /* Writes below shared_upto would land in granules another sequence maps:
+     * give this one private copies first. */
+    if (st == ORTMEM_OK && s->length < s->shared_upto) {
+        uint64_t before = om_copy_calls(c->backend);
+        for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++)
+            st = ortmem_region_cow(s->region, ranges[f].offset, ranges[f].length);
+        uint64_t copies = om_copy_calls(c->backend) - before;
+        pthread_mutex_lock(&c->lock);
+        c->cow_copied += copies * c->geometry.granule;
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (st == ORTMEM_OK)
+        st = om_kv_zero_clear(c, s, s->length, to);
+    if (st == ORTMEM_OK) {
+        st = ortmem_region_commit_ranges(s->region, ranges, c->fragments);
+        if (st != ORTMEM_OK) {
+            char detail[512];
+            strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+            detail[sizeof detail - 1] = '\0';
+            (void)om_kv_zero_fill(c, s); /* the zero tail comes back: nothing changed */
+            st = ortmem_error_set(st, "%s", detail);
+        }
+    }
+    free(ranges);
+    return st;
+}
+
+/* Moves s into a bucket that holds `to` tokens, copying its live prefix. */
+static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t to)
+{
+    uint64_t cap = ortmem_kv_bucket(to, c->min_bucket, c->max_context);
+    ortmem_kv_seq next = {0};
+    ortmem_status st = om_seq_attach(c, &next, cap);
+    if (st != ORTMEM_OK)
+        return st;
+    st = ortmem_region_commit(next.region, 0, ortmem_region_size(next.region));
+    for (uint64_t f = 0; st == ORTMEM_OK && s->region && s->length && f < c->fragments; f++) {
+        uint64_t from_off, to_off, len;
+        st = om_kv_fragment(c, s->capacity, f, &from_off, &len);
+        if (st == ORTMEM_OK)
+            st = om_kv_fragment(c, cap, f, &to_off, &len);
+        if (st == ORTMEM_OK)
+            st =
+                ortmem_region_copy(next.region, to_off, s->region, from_off, s->length * c->contig);
+    }
+    if (st != ORTMEM_OK) {
+        char detail[512];
+        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+        detail[sizeof detail - 1] = '\0';
+        (void)ortmem_region_destroy(next.region);
+        free(next.zero_mapped);
+        return ortmem_error_set(st, "%s", detail);
+    }
+    if (s->region)
+        (void)ortmem_region_destroy(s->region);
+    free(s->zero_mapped);
+    pthread_mutex_lock(&c->lock);
+    c->growth_copied += s->length * c->bytes_per_token;
+    c->generations++;
+    pthread_mutex_unlock(&c->lock);
+    s->region = next.region;
+    s->zero_mapped = next.zero_mapped;
+    s->granules = next.granules;
+    s->capacity = cap;
+    s->generation++;
+    s->shared_upto = 0;
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *s, uint64_t tokens)
+{
+    om_error_clear();
+    ortmem_status st = om_seq_pin(s, "kv append");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_cache *c = s->cache;
+    uint64_t to = s->length + tokens;
+    if (s->host)
+        st = OM_ERR(ORTMEM_E_STATE, "kv append: the sequence is swapped out");
+    else if (to < s->length || to > c->max_context)
+        st = OM_ERR(ORTMEM_E_RANGE,
+                    "kv append: %llu + %llu tokens exceed the maximum context of %llu",
+                    (unsigned long long)s->length, (unsigned long long)tokens,
+                    (unsigned long long)c->max_context);
+    else if (tokens && c->strategy == ORTMEM_KV_STABLE)
+        st = om_append_stable(c, s, to);
+    else if (tokens && (!s->region || to > s->capacity))
+        st = om_grow_bucket(c, s, to);
+    if (st == ORTMEM_OK)
+        s->length = to;
+    else if (st != ORTMEM_E_STATE && st != ORTMEM_E_RANGE)
+        st = om_error_wrap(st, "kv append of %llu tokens to %llu: the sequence is unchanged",
+                           (unsigned long long)tokens, (unsigned long long)s->length);
+    om_seq_unpin(s);
+    return st;
+}
+
+ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
+{
+    om_error_clear();
+    ortmem_status st = om_seq_pin(s, "kv truncate");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_cache *c = s->cache;
+    if (s->host)
+        st = OM_ERR(ORTMEM_E_STATE, "kv truncate: the sequence is swapped out");
+    else if (length > s->length)
+        st = OM_ERR(ORTMEM_E_RANGE, "kv truncate: to %llu tokens of %llu",
+                    (unsigned long long)length, (unsigned long long)s->length);
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && length < s->length) {
+        ortmem_range *ranges = calloc(c->fragments, sizeof *ranges);
+        st = ranges ? om_kv_token_ranges(c, s->capacity, length, s->capacity, ranges)
+                    : OM_ERR(ORTMEM_E_NOMEM, "kv truncate: ranges");
+        /* Whole granules beyond the new length only. */
+        if (st == ORTMEM_OK)
+            st = ortmem_region_decommit_ranges(s->region, ranges, c->fragments);
+        if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {
+            for (size_t k = 0; k < s->granules; k++) {
+                ortmem_granule_info info = {.struct_size = sizeof info};
+                if (ortmem_region_granule_info(s->region, k * c->geometry.granule, &info) ==
+                        ORTMEM_OK &&
+                    info.state == ORTMEM_GRANULE_UNMAPPED)
+                    s->zero_mapped[k] = false;
+            }
+            ortmem_status zst = om_kv_zero_fill(c, s);
+            st = st == ORTMEM_OK ? zst : st;
+        }
+        free(ranges);
+    }
+    if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED)
+        s->length = length;
+    om_seq_unpin(s);
+    return st;
+}
+
+ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *s, ortmem_kv_seq **child)
+{
+    om_error_clear();
+    if (!child)
+        return OM_ERR(ORTMEM_E_INVALID, "kv fork: child output is NULL");
+    ortmem_status st = om_seq_pin(s, "kv fork");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_cache *c = s->cache;
+    ortmem_kv_seq *k = NULL;
+    if (s->host)
+        st = OM_ERR(ORTMEM_E_STATE, "kv fork: the sequence is swapped out");
+    if (st == ORTMEM_OK)
+        st = om_seq_new(c, &k);
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_BUCKET && s->region)
+        st = om_seq_attach(c, k, s->capacity);
+    if (st == ORTMEM_OK && s->region && s->length) {
+        uint64_t shared = 0;
+        st = om_kv_share_prefix(c, k->region, s->region, s->capacity, s->length, true, &shared);
+    }
+    /* A bucket is committed whole. */
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_BUCKET && k->region)
+        st = ortmem_region_commit(k->region, 0, ortmem_region_size(k->region));
+    if (st == ORTMEM_OK)
+        st = om_kv_zero_fill(c, k);
+    if (st != ORTMEM_OK && k) {
+        char detail[512];
+        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+        detail[sizeof detail - 1] = '\0';
+        om_seq_discard(c, k);
+        st = ortmem_error_set(st, "kv fork: %s", detail);
+    }
+    if (st == ORTMEM_OK) {
+        k->length = k->shared_upto = s->length;
+        if (s->length > s->shared_upto)
+            s->shared_upto = s->length; /* the parent's granules are shared now too */
+        *child = k;
+    }
+    om_seq_unpin(s);
+    return st;
+}
+
+ortmem_status ortmem_kv_seq_length(ortmem_kv_seq *s, uint64_t *length)
+{
+    om_error_clear();
+    if (!length)
+        return OM_ERR(ORTMEM_E_INVALID, "kv length: output is NULL");
+    ortmem_status st = om_seq_pin(s, "kv length");
+    if (st != ORTMEM_OK)
+        return st;
+    *length = s->length;
+    om_seq_unpin(s);
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_kv_seq_binding(ortmem_kv_seq *s, uint32_t layer, int value,
+                                    ortmem_kv_binding *binding)
+{
+    om_error_clear();
+    if (!binding || binding->struct_size == 0 || binding->struct_size > sizeof *binding)
+        return OM_ERR(ORTMEM_E_INVALID, "kv binding: output NULL or struct_size unset");
+    ortmem_status st = om_seq_pin(s, "kv binding");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_kv_cache *c = s->cache;
+    const ortmem_kv_geometry *g = &c->geometry;
+    if (layer >= g->layers || (value != 0 && value != 1)) {
+        st =
+            OM_ERR(ORTMEM_E_RANGE, "kv binding: layer %u of %u, value %d", layer, g->layers, value);
+        om_seq_unpin(s);
+        return st;
+    }
+    uint64_t b = 2ULL * layer + (uint64_t)value;
+    uint64_t head_bytes = c->contig;
+    if (g->layout == ORTMEM_KV_SEQ_MAJOR)
+        head_bytes = c->contig / g->kv_heads;
+    else if (g->layout == ORTMEM_KV_TOKEN_MAJOR)
+        head_bytes = c->contig / (2ULL * g->layers * g->kv_heads);
+    ortmem_kv_binding out = {sizeof out, NULL, 0, 0, s->capacity, s->generation};
+    uint64_t offset = 0, len = 0;
+    switch (g->layout) {
+    case ORTMEM_KV_HEAD_MAJOR:
+        st = om_kv_fragment(c, s->capacity, b * g->kv_heads, &offset, &len);
+        out.token_stride = head_bytes;
+        out.head_stride = s->capacity * head_bytes;
+        break;
+    case ORTMEM_KV_SEQ_MAJOR:
+        st = om_kv_fragment(c, s->capacity, b, &offset, &len);
+        out.token_stride = c->contig;
+        out.head_stride = head_bytes;
+        break;
+    default:
+        offset = b * g->kv_heads * head_bytes;
+        out.token_stride = c->bytes_per_token;
+        out.head_stride = head_bytes;
+        break;
+    }
+    if (st == ORTMEM_OK && s->region && !s->host)
+        out.base = (uint8_t *)ortmem_region_base(s->region) + offset;
+    if (st == ORTMEM_OK) {
+        out.struct_size = binding->struct_size;
+        memcpy(binding, &out, binding->struct_size);
+    }
+    om_seq_unpin(s);
+    return st;
+}
