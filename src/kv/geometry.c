@@ -134,8 +134,8 @@ ortmem_status ortmem_kv_geometry_check(const ortmem_kv_geometry *g)
         return OM_ERR(ORTMEM_E_INVALID,
                       "kv geometry: a head row of %u %s elements is %llu bits, not whole bytes",
                       g->head_dim, om_dtype_names[g->dtype], (unsigned long long)head_bits);
-    uint64_t bpt;
-    if (!om_mul(2ULL * g->layers * g->kv_heads, head_bits / 8, &bpt))
+    uint64_t bpt, rows;
+    if (!om_mul(2ULL * g->layers, g->kv_heads, &rows) || !om_mul(rows, head_bits / 8, &bpt))
         return OM_ERR(ORTMEM_E_OVERFLOW, "kv geometry: bytes per token overflow");
     return ORTMEM_OK;
 }
@@ -277,11 +277,11 @@ ortmem_status ortmem_kv_evaluate(const ortmem_kv_geometry *g, uint64_t tokens, u
     e.bytes_per_token = s.bpt;
     e.fragments = s.fragments;
     e.contiguous_bytes_per_token = s.contig;
-    e.floor_bytes = s.fragments * g->granule;
-    e.crossover_tokens = (g->granule + s.contig - 1) / s.contig;
+    bool ok = om_mul(s.fragments, g->granule, &e.floor_bytes);
+    e.crossover_tokens = g->granule / s.contig + (g->granule % s.contig != 0);
     uint64_t granules = 0, bucket_granules = 0, last_off = 0, last_len = 0;
     e.bucket_tokens = ortmem_kv_bucket(tokens, min_bucket ? min_bucket : 256, capacity);
-    bool ok = om_committed_granules(g, &s, tokens, capacity, &granules) &&
+    ok = ok && om_committed_granules(g, &s, tokens, capacity, &granules) &&
               om_committed_granules(g, &s, e.bucket_tokens, e.bucket_tokens, &bucket_granules) &&
               om_fragment_at(g, &s, capacity, s.fragments - 1, &last_off, &last_len) &&
               om_mul(granules, g->granule, &e.committed_bytes) &&
@@ -291,8 +291,9 @@ ortmem_status ortmem_kv_evaluate(const ortmem_kv_geometry *g, uint64_t tokens, u
               om_mul(e.bucket_bytes, batch, &e.bucket_bytes) &&
               om_mul(bucket_granules, g->granule, &e.bucket_committed_bytes) &&
               om_mul(e.bucket_committed_bytes, batch, &e.bucket_committed_bytes);
-    if (ok)
-        e.sequence_reserved_bytes = om_round_up(last_off + last_len, g->granule, &ok);
+    uint64_t last_end = 0;
+    if (ok && (ok = om_add(last_off, last_len, &last_end)))
+        e.sequence_reserved_bytes = om_round_up(last_end, g->granule, &ok);
     uint64_t prefix_bytes = prefix * s.contig; /* prefix <= capacity: no overflow past live */
     e.shareable = prefix && prefix_bytes >= g->granule;
     uint64_t per_fragment = e.shareable ? prefix_bytes / g->granule : 0;

@@ -1,0 +1,766 @@
+/* ortmem-geom: what a KV cache commits for a model geometry, from the command
+ * line. Exit status 0 when done, 2 for invalid input (one line on stderr,
+ * nothing on stdout), 1 when the plot could not be made. */
+#include "geom.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+#define DEFAULT_GRANULE ((uint64_t)2 << 20)
+#define DEFAULT_MIN_BUCKET 256
+
+static void usage(FILE *out)
+{
+    fputs(
+        "usage: ortmem-geom [--model NAME | --config PATH] [--layers L --kv-heads H --head-dim D]\n"
+        "                   [--dtype T] [--granule SIZE] [--layout LAYOUT | --all-layouts]\n"
+        "                   [--tokens N] [--capacity C] [--batch B] [--prefix P]\n"
+        "                   [--min-bucket M] [--budget SIZE] [--json] [--sweep PATH.svg]\n"
+        "\n"
+        "What a KV cache commits for a model geometry: bytes per token, fragments, the\n"
+        "floor, the crossover between a stable full-context VA range and bucket growth,\n"
+        "committed against live bytes, the bucket, prefix sharing. Exact arithmetic\n"
+        "(ortmem_kv_evaluate); the formulas are in docs/memory/KV_GEOMETRY.md.\n"
+        "\n"
+        "geometry\n"
+        "  --model NAME       a preset (fills L, H, D; f16):\n                    ",
+        out);
+    for (const char *const *n = ortmem_kv_preset_names(); *n; n++)
+        fprintf(out, " %s", *n);
+    fputs("\n"
+          "  --config PATH      a Hugging Face config.json: num_hidden_layers,\n"
+          "                     num_key_value_heads (else num_attention_heads), head_dim\n"
+          "                     (else hidden_size / num_attention_heads), torch_dtype\n"
+          "  --gguf PATH        proposed, not built: the geometry from a GGUF file\n"
+          "  --layers L         layers; explicit flags override --model and --config\n"
+          "  --kv-heads H       KV heads per layer\n"
+          "  --head-dim D       elements per head\n"
+          "  --dtype T          f32 f16 bf16 fp8 int8 int4 (default f16, or the config's)\n"
+          "  --granule SIZE     physical granule, a power of two (default 2MiB)\n"
+          "  --layout LAYOUT    head-major  [H][cap][D] per (layer, K|V) binding (default)\n"
+          "                     seq-major   [cap][H][D] per binding\n"
+          "                     token-major [cap][2L][H][D], one range per sequence\n"
+          "  --all-layouts      the three layouts side by side (instead of --layout)\n"
+          "point\n"
+          "  --tokens N         live tokens per sequence (default 1)\n"
+          "  --capacity C       context a stable sequence reserves, tokens (default 32768)\n"
+          "  --batch B          sequences (default 1)\n"
+          "  --prefix P         leading tokens shared between sequences (default 0)\n"
+          "  --min-bucket M     smallest bucket, tokens (default 256)\n"
+          "  --budget SIZE      also: sequences of N tokens that fit in SIZE, with and\n"
+          "                     without the prefix shared\n"
+          "output\n"
+          "  --json             one JSON object instead of the table\n"
+          "  --sweep PATH.svg   plot committed MiB against tokens 1 .. capacity for every\n"
+          "                     layout, stable and bucket growth, crossovers marked;\n"
+          "                     needs gnuplot (Debian package gnuplot-nox)\n"
+          "  -h, --help         this text\n"
+          "\n"
+          "SIZE takes KiB, MiB, GiB (or K, M, G) suffixes; counts are plain integers.\n"
+          "Exit status: 0 done, 2 invalid input (one line on stderr), 1 the plot failed.\n",
+          out);
+}
+
+/* One line on stderr: control bytes (a newline in a detail) become spaces. */
+static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(int status, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    for (char *p = line; *p; p++) {
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+    }
+    fprintf(stderr, "ortmem-geom: %s\n", line);
+    return status;
+}
+
+/* ---- parsing ---- */
+
+static bool parse_u64(const char *text, uint64_t *out)
+{
+    if (!text || !isdigit((unsigned char)*text))
+        return false;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*text); text++) {
+        unsigned digit = (unsigned)(*text - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return false;
+        v = v * 10 + digit;
+    }
+    if (*text)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Digits with an optional K/KiB, M/MiB, G/GiB, T/TiB suffix (any case). */
+static bool parse_size(const char *text, uint64_t *out)
+{
+    if (!text || !isdigit((unsigned char)*text))
+        return false;
+    const char *p = text;
+    while (isdigit((unsigned char)*p))
+        p++;
+    char digits[32];
+    size_t len = (size_t)(p - text);
+    if (len >= sizeof digits)
+        return false;
+    memcpy(digits, text, len);
+    digits[len] = '\0';
+    uint64_t v;
+    if (!parse_u64(digits, &v))
+        return false;
+    unsigned shift = 0;
+    if (*p) {
+        static const struct {
+            const char *suffix;
+            unsigned shift;
+        } suffixes[] = {
+            {"k", 10}, {"kib", 10}, {"m", 20}, {"mib", 20},
+            {"g", 30}, {"gib", 30}, {"t", 40}, {"tib", 40},
+        };
+        bool known = false;
+        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+            if (strcasecmp(p, suffixes[i].suffix) == 0) {
+                shift = suffixes[i].shift;
+                known = true;
+            }
+        }
+        if (!known)
+            return false;
+    }
+    if (shift && v > (UINT64_MAX >> shift))
+        return false;
+    *out = v << shift;
+    return true;
+}
+
+typedef struct options {
+    const char *model, *config, *gguf, *sweep;
+    bool json, all_layouts, help;
+    bool has_layers, has_kv_heads, has_head_dim, has_dtype, has_layout, has_budget;
+    uint32_t layers, kv_heads, head_dim;
+    ortmem_kv_dtype dtype;
+    ortmem_kv_layout layout;
+    uint64_t granule, tokens, capacity, batch, prefix, min_bucket, budget;
+} options;
+
+/* A dimension: 1 .. 2^32-1. */
+static int parse_dim(const char *name, const char *value, uint32_t *out, bool *has)
+{
+    uint64_t v;
+    if (!parse_u64(value, &v) || v == 0 || v > UINT32_MAX)
+        return fail(EXIT_USAGE, "%s '%s': not a positive integer (1 .. %" PRIu32 ")", name, value,
+                    UINT32_MAX);
+    *out = (uint32_t)v;
+    *has = true;
+    return 0;
+}
+
+static int parse_count(const char *name, const char *value, uint64_t min, uint64_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(value, &v) || v < min)
+        return fail(EXIT_USAGE, "%s '%s': not %s integer", name, value,
+                    min ? "a positive" : "a non-negative");
+    *out = v;
+    return 0;
+}
+
+static int parse_bytes(const char *name, const char *value, uint64_t *out)
+{
+    if (!parse_size(value, out))
+        return fail(EXIT_USAGE,
+                    "%s '%s': not a size (digits with an optional KiB, MiB or GiB suffix)", name,
+                    value);
+    return 0;
+}
+
+/* Options that take a value, in --name VALUE or --name=VALUE form. */
+static int apply_option(options *o, const char *name, const char *value)
+{
+    if (strcmp(name, "--model") == 0)
+        o->model = value;
+    else if (strcmp(name, "--config") == 0)
+        o->config = value;
+    else if (strcmp(name, "--gguf") == 0)
+        o->gguf = value;
+    else if (strcmp(name, "--sweep") == 0)
+        o->sweep = value;
+    else if (strcmp(name, "--layers") == 0)
+        return parse_dim(name, value, &o->layers, &o->has_layers);
+    else if (strcmp(name, "--kv-heads") == 0)
+        return parse_dim(name, value, &o->kv_heads, &o->has_kv_heads);
+    else if (strcmp(name, "--head-dim") == 0)
+        return parse_dim(name, value, &o->head_dim, &o->has_head_dim);
+    else if (strcmp(name, "--dtype") == 0) {
+        if (ortmem_kv_dtype_parse(value, &o->dtype) != ORTMEM_OK)
+            return fail(EXIT_USAGE, "--dtype '%s': unknown (f32, f16, bf16, fp8, int8, int4)",
+                        value);
+        o->has_dtype = true;
+    } else if (strcmp(name, "--layout") == 0) {
+        if (ortmem_kv_layout_parse(value, &o->layout) != ORTMEM_OK)
+            return fail(EXIT_USAGE, "--layout '%s': unknown (head-major, seq-major, token-major)",
+                        value);
+        o->has_layout = true;
+    } else if (strcmp(name, "--granule") == 0) {
+        if (parse_bytes(name, value, &o->granule))
+            return EXIT_USAGE;
+        if (o->granule == 0 || (o->granule & (o->granule - 1)))
+            return fail(EXIT_USAGE, "--granule '%s': %" PRIu64 " bytes is not a power of two",
+                        value, o->granule);
+    } else if (strcmp(name, "--tokens") == 0)
+        return parse_count(name, value, 0, &o->tokens);
+    else if (strcmp(name, "--capacity") == 0)
+        return parse_count(name, value, 1, &o->capacity);
+    else if (strcmp(name, "--batch") == 0)
+        return parse_count(name, value, 1, &o->batch);
+    else if (strcmp(name, "--prefix") == 0)
+        return parse_count(name, value, 0, &o->prefix);
+    else if (strcmp(name, "--min-bucket") == 0)
+        return parse_count(name, value, 0, &o->min_bucket);
+    else if (strcmp(name, "--budget") == 0) {
+        o->has_budget = true;
+        return parse_bytes(name, value, &o->budget);
+    } else
+        return fail(EXIT_USAGE, "unknown option '%s' (ortmem-geom --help lists them)", name);
+    return 0;
+}
+
+static bool takes_value(const char *name)
+{
+    static const char *const with_value[] = {
+        "--model",    "--config", "--gguf",       "--sweep",   "--layers", "--kv-heads",
+        "--head-dim", "--dtype",  "--layout",     "--granule", "--tokens", "--capacity",
+        "--batch",    "--prefix", "--min-bucket", "--budget",
+    };
+    for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++) {
+        if (strcmp(name, with_value[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            o->help = true;
+            continue;
+        }
+        if (strcmp(arg, "--json") == 0) {
+            o->json = true;
+            continue;
+        }
+        if (strcmp(arg, "--all-layouts") == 0) {
+            o->all_layouts = true;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return fail(EXIT_USAGE, "unexpected argument '%s' (ortmem-geom --help for usage)", arg);
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len >= sizeof name)
+            return fail(EXIT_USAGE, "unknown option '%.60s...' (ortmem-geom --help lists them)",
+                        arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        if (!takes_value(name)) {
+            if (eq && (strcmp(name, "--json") == 0 || strcmp(name, "--all-layouts") == 0 ||
+                       strcmp(name, "--help") == 0))
+                return fail(EXIT_USAGE, "%s takes no value", name);
+            return fail(EXIT_USAGE, "unknown option '%s' (ortmem-geom --help lists them)", name);
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc)
+                return fail(EXIT_USAGE, "%s needs a value", name);
+            value = argv[++i];
+        }
+        int rc = apply_option(o, name, value);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- the geometry: preset or config, then explicit flags ---- */
+
+static int build_input(const options *o, geom_input *in)
+{
+    ortmem_kv_geometry g = ORTMEM_KV_GEOMETRY_INIT;
+    if (o->gguf)
+        return fail(EXIT_USAGE,
+                    "--gguf '%s': reading the geometry from a GGUF file is proposed, not built "
+                    "(use --config PATH/config.json, --model, or --layers/--kv-heads/--head-dim)",
+                    o->gguf);
+    if (o->model && o->config)
+        return fail(EXIT_USAGE, "--model and --config both name the geometry; give one");
+    if (o->model && ortmem_kv_preset(o->model, &g) != ORTMEM_OK)
+        return fail(EXIT_USAGE, "--model '%s': %s", o->model, ortmem_last_error());
+    if (o->config) {
+        geom_config c;
+        char err[512];
+        if (!geom_config_read(o->config, &c, err, sizeof err))
+            return fail(EXIT_USAGE, "--config '%s': %s", o->config, err);
+        g.layers = c.layers;
+        g.kv_heads = c.kv_heads;
+        g.head_dim = c.head_dim;
+        if (c.dtype[0] && !o->has_dtype && !geom_torch_dtype(c.dtype, &g.dtype))
+            return fail(EXIT_USAGE,
+                        "--config '%s': torch_dtype '%s' is no KV element type (give --dtype)",
+                        o->config, c.dtype);
+    }
+    if (o->has_layers)
+        g.layers = o->layers;
+    if (o->has_kv_heads)
+        g.kv_heads = o->kv_heads;
+    if (o->has_head_dim)
+        g.head_dim = o->head_dim;
+    if (o->has_dtype)
+        g.dtype = o->dtype;
+    if (o->has_layout)
+        g.layout = o->layout;
+    g.granule = o->granule;
+    static const struct {
+        const char *flag;
+        size_t offset;
+    } required[] = {
+        {"--layers", offsetof(ortmem_kv_geometry, layers)},
+        {"--kv-heads", offsetof(ortmem_kv_geometry, kv_heads)},
+        {"--head-dim", offsetof(ortmem_kv_geometry, head_dim)},
+    };
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        uint32_t v;
+        memcpy(&v, (const char *)&g + required[i].offset, sizeof v);
+        if (v == 0)
+            return fail(EXIT_USAGE, "%s is missing (or give --model NAME or --config PATH)",
+                        required[i].flag);
+    }
+    if (ortmem_kv_geometry_check(&g) != ORTMEM_OK)
+        return fail(EXIT_USAGE, "%s", ortmem_last_error());
+    if (o->tokens > o->capacity)
+        return fail(EXIT_USAGE, "--tokens %" PRIu64 " is above --capacity %" PRIu64, o->tokens,
+                    o->capacity);
+    if (o->prefix > o->tokens)
+        return fail(EXIT_USAGE, "--prefix %" PRIu64 " is above --tokens %" PRIu64, o->prefix,
+                    o->tokens);
+    in->geometry = g;
+    in->source = o->model ? o->model : o->config;
+    in->tokens = o->tokens;
+    in->capacity = o->capacity;
+    in->batch = o->batch;
+    in->prefix = o->prefix;
+    in->min_bucket = o->min_bucket;
+    return 0;
+}
+
+/* ---- results ---- */
+
+typedef struct result {
+    ortmem_kv_layout layout;
+    ortmem_kv_eval e;
+    bool has_budget;
+    uint64_t budget, fit, fit_shared; /* fit_shared UINT64_MAX: no bound */
+} result;
+
+static int evaluate(const geom_input *in, const options *o, ortmem_kv_layout layout, result *r)
+{
+    ortmem_kv_geometry g = in->geometry;
+    g.layout = layout;
+    memset(r, 0, sizeof *r);
+    r->layout = layout;
+    r->e.struct_size = sizeof r->e;
+    if (ortmem_kv_evaluate(&g, in->tokens, in->capacity, in->batch, in->prefix, in->min_bucket,
+                           &r->e) != ORTMEM_OK)
+        return fail(EXIT_USAGE, "%s: %s", ortmem_kv_layout_name(layout), ortmem_last_error());
+    if (o->has_budget) {
+        r->has_budget = true;
+        r->budget = o->budget;
+        if (ortmem_kv_capacity(&g, o->budget, in->tokens, in->capacity, in->prefix, &r->fit,
+                               &r->fit_shared) != ORTMEM_OK)
+            return fail(EXIT_USAGE, "--budget: %s: %s", ortmem_kv_layout_name(layout),
+                        ortmem_last_error());
+    }
+    return 0;
+}
+
+static void json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        if (*p == '"' || *p == '\\') {
+            fprintf(out, "\\%c", *p++);
+            continue;
+        }
+        if (*p < 0x20 || *p == 0x7f) {
+            fprintf(out, "\\u%04x", *p++);
+            continue;
+        }
+        size_t len = geom_utf8_sequence(p);
+        if (len == 0) {
+            fputs("\\ufffd", out);
+            p++;
+            continue;
+        }
+        fwrite(p, 1, len, out);
+        p += len;
+    }
+    fputc('"', out);
+}
+
+static void json_u64(FILE *out, const char *indent, const char *key, uint64_t v)
+{
+    fprintf(out, ",\n%s\"%s\": %" PRIu64, indent, key, v);
+}
+
+static void json_results(FILE *out, const char *indent, const result *r, uint64_t granule,
+                         bool first)
+{
+    const ortmem_kv_eval *e = &r->e;
+    fprintf(out, "%s%s\"layout\": \"%s\"", first ? "" : ",\n", indent,
+            ortmem_kv_layout_name(r->layout));
+    json_u64(out, indent, "bytes_per_token", e->bytes_per_token);
+    json_u64(out, indent, "fragments", e->fragments);
+    json_u64(out, indent, "contiguous_bytes_per_token", e->contiguous_bytes_per_token);
+    json_u64(out, indent, "floor_bytes", e->floor_bytes);
+    json_u64(out, indent, "floor_granules", e->fragments);
+    json_u64(out, indent, "crossover_tokens", e->crossover_tokens);
+    json_u64(out, indent, "committed_bytes", e->committed_bytes);
+    json_u64(out, indent, "committed_granules", e->committed_bytes / granule);
+    json_u64(out, indent, "live_bytes", e->live_bytes);
+    if (e->committed_bytes)
+        fprintf(out, ",\n%s\"efficiency\": %.6g", indent,
+                (double)e->live_bytes / (double)e->committed_bytes);
+    else
+        fprintf(out, ",\n%s\"efficiency\": null", indent);
+    json_u64(out, indent, "bucket_tokens", e->bucket_tokens);
+    json_u64(out, indent, "bucket_bytes", e->bucket_bytes);
+    json_u64(out, indent, "bucket_committed_bytes", e->bucket_committed_bytes);
+    json_u64(out, indent, "sequence_reserved_bytes", e->sequence_reserved_bytes);
+    fprintf(out, ",\n%s\"shareable\": %s", indent, e->shareable ? "true" : "false");
+    json_u64(out, indent, "share_granules", e->share_granules);
+    json_u64(out, indent, "share_copy_bytes", e->share_copy_bytes);
+    if (r->has_budget) {
+        json_u64(out, indent, "budget_bytes", r->budget);
+        json_u64(out, indent, "sequences_fit", r->fit);
+        if (r->fit_shared == UINT64_MAX)
+            fprintf(out, ",\n%s\"sequences_fit_shared_prefix\": null", indent);
+        else
+            json_u64(out, indent, "sequences_fit_shared_prefix", r->fit_shared);
+    }
+}
+
+static void print_json(FILE *out, const geom_input *in, const options *o, const result *r,
+                       size_t count)
+{
+    const ortmem_kv_geometry *g = &in->geometry;
+    fputs("{\n  \"model\": ", out);
+    if (o->model)
+        json_string(out, o->model);
+    else
+        fputs("null", out);
+    fputs(",\n  \"config\": ", out);
+    if (o->config)
+        json_string(out, o->config);
+    else
+        fputs("null", out);
+    json_u64(out, "  ", "layers", g->layers);
+    json_u64(out, "  ", "kv_heads", g->kv_heads);
+    json_u64(out, "  ", "head_dim", g->head_dim);
+    fprintf(out, ",\n  \"dtype\": \"%s\"", ortmem_kv_dtype_name(g->dtype));
+    json_u64(out, "  ", "granule_bytes", g->granule);
+    json_u64(out, "  ", "tokens", in->tokens);
+    json_u64(out, "  ", "capacity", in->capacity);
+    json_u64(out, "  ", "batch", in->batch);
+    json_u64(out, "  ", "prefix", in->prefix);
+    json_u64(out, "  ", "min_bucket", in->min_bucket ? in->min_bucket : DEFAULT_MIN_BUCKET);
+    if (o->sweep) {
+        fputs(",\n  \"sweep\": ", out);
+        json_string(out, o->sweep);
+    }
+    if (o->all_layouts) {
+        fputs(",\n  \"layouts\": [", out);
+        for (size_t i = 0; i < count; i++) {
+            fprintf(out, "%s\n    {\n", i ? "," : "");
+            json_results(out, "      ", &r[i], g->granule, true);
+            fputs("\n    }", out);
+        }
+        fputs("\n  ]\n}\n", out);
+    } else {
+        json_results(out, "  ", &r[0], g->granule, false);
+        fputs("\n}\n", out);
+    }
+}
+
+/* A size in the largest binary unit that divides it. */
+static const char *size_text(uint64_t bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    unsigned u = 0;
+    while (u + 1 < sizeof units / sizeof units[0] && bytes >= 1024 && bytes % 1024 == 0) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, size, "%" PRIu64 " %s", bytes, units[u]);
+    return buf;
+}
+
+/* Table rows: a byte quantity shows exact bytes and MiB; a count shows in the
+ * first column alone. */
+typedef enum { ROW_BYTES, ROW_COUNT, ROW_TEXT } row_kind;
+
+#define LABEL_W 35
+#define VALUE_W 14
+#define MIB_W 11
+
+/* A table line is built here and printed without its trailing blanks. */
+typedef struct line_buf {
+    char text[512];
+    size_t len;
+} line_buf;
+
+static void put(line_buf *line, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(line_buf *line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line->text + line->len, sizeof line->text - line->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        line->len += (size_t)n < sizeof line->text - line->len ? (size_t)n
+                                                               : sizeof line->text - line->len - 1;
+}
+
+static void line_end(FILE *out, line_buf *line)
+{
+    while (line->len && line->text[line->len - 1] == ' ')
+        line->len--;
+    fprintf(out, "%.*s\n", (int)line->len, line->text);
+    line->len = 0;
+}
+
+/* Exact bytes, and MiB unless the value is under a KiB. */
+static void cell_bytes(line_buf *line, uint64_t v)
+{
+    put(line, "%*" PRIu64, VALUE_W, v);
+    if (v == 0 || v >= 1024)
+        put(line, "%*.3f", MIB_W, (double)v / 1048576.0);
+    else
+        put(line, "%*s", MIB_W, "");
+}
+
+static void cell_count(line_buf *line, uint64_t v)
+{
+    put(line, "%*" PRIu64 "%*s", VALUE_W, v, MIB_W, "");
+}
+
+static void cell_text(line_buf *line, const char *text)
+{
+    put(line, "%*s%*s", VALUE_W, text, MIB_W, "");
+}
+
+static void print_table(FILE *out, const geom_input *in, const options *o, const result *r,
+                        size_t count)
+{
+    const ortmem_kv_geometry *g = &in->geometry;
+    char gran[32];
+    fprintf(out,
+            "%s: %" PRIu32 " layers, %" PRIu32 " KV heads, head dim %" PRIu32 ", %s, granule %s\n",
+            in->source ? in->source : "geometry", g->layers, g->kv_heads, g->head_dim,
+            ortmem_kv_dtype_name(g->dtype), size_text(g->granule, gran, sizeof gran));
+    fprintf(out,
+            "tokens %" PRIu64 ", capacity %" PRIu64 ", batch %" PRIu64 ", prefix %" PRIu64
+            ", min bucket %" PRIu64 "\n\n",
+            in->tokens, in->capacity, in->batch, in->prefix,
+            in->min_bucket ? in->min_bucket : DEFAULT_MIN_BUCKET);
+    line_buf line = {.len = 0};
+    put(&line, "%-*s", LABEL_W, "");
+    for (size_t i = 0; i < count; i++)
+        put(&line, "%*s", VALUE_W + MIB_W, ortmem_kv_layout_name(r[i].layout));
+    line_end(out, &line);
+    put(&line, "%-*s", LABEL_W, "");
+    for (size_t i = 0; i < count; i++)
+        put(&line, "%*s%*s", VALUE_W, "value", MIB_W, "MiB");
+    line_end(out, &line);
+
+    enum { GRANULES, EFFICIENCY, SHAREABLE };
+    static const struct {
+        const char *label;
+        row_kind kind;
+        size_t what; /* offset in ortmem_kv_eval, or for ROW_TEXT one of the above */
+    } rows[] = {
+        {"bytes per token (whole model)", ROW_BYTES, offsetof(ortmem_kv_eval, bytes_per_token)},
+        {"fragments per sequence", ROW_COUNT, offsetof(ortmem_kv_eval, fragments)},
+        {"contiguous bytes/token (fragment)", ROW_BYTES,
+         offsetof(ortmem_kv_eval, contiguous_bytes_per_token)},
+        {"floor (fragments x granule)", ROW_BYTES, offsetof(ortmem_kv_eval, floor_bytes)},
+        {"crossover tokens", ROW_COUNT, offsetof(ortmem_kv_eval, crossover_tokens)},
+        {"committed, stable (all sequences)", ROW_BYTES, offsetof(ortmem_kv_eval, committed_bytes)},
+        {"  granules", ROW_TEXT, GRANULES},
+        {"live (all sequences)", ROW_BYTES, offsetof(ortmem_kv_eval, live_bytes)},
+        {"  efficiency (live / committed)", ROW_TEXT, EFFICIENCY},
+        {"bucket tokens", ROW_COUNT, offsetof(ortmem_kv_eval, bucket_tokens)},
+        {"bucket bytes (all sequences)", ROW_BYTES, offsetof(ortmem_kv_eval, bucket_bytes)},
+        {"bucket committed (all sequences)", ROW_BYTES,
+         offsetof(ortmem_kv_eval, bucket_committed_bytes)},
+        {"reserved VA per stable sequence", ROW_BYTES,
+         offsetof(ortmem_kv_eval, sequence_reserved_bytes)},
+        {"prefix shareable by mapping", ROW_TEXT, SHAREABLE},
+        {"shared granules per sequence", ROW_COUNT, offsetof(ortmem_kv_eval, share_granules)},
+        {"prefix bytes copied per sequence", ROW_BYTES, offsetof(ortmem_kv_eval, share_copy_bytes)},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        put(&line, "%-*s", LABEL_W, rows[k].label);
+        for (size_t i = 0; i < count; i++) {
+            const ortmem_kv_eval *e = &r[i].e;
+            uint64_t v = 0;
+            char text[32];
+            switch (rows[k].kind) {
+            case ROW_BYTES:
+                memcpy(&v, (const char *)e + rows[k].what, sizeof v);
+                cell_bytes(&line, v);
+                break;
+            case ROW_COUNT:
+                memcpy(&v, (const char *)e + rows[k].what, sizeof v);
+                cell_count(&line, v);
+                break;
+            case ROW_TEXT:
+                if (rows[k].what == GRANULES) {
+                    cell_count(&line, e->committed_bytes / g->granule);
+                } else if (rows[k].what == EFFICIENCY) {
+                    if (e->committed_bytes)
+                        snprintf(text, sizeof text, "%.4g%%",
+                                 100.0 * (double)e->live_bytes / (double)e->committed_bytes);
+                    else
+                        snprintf(text, sizeof text, "-");
+                    cell_text(&line, text);
+                } else {
+                    cell_text(&line, e->shareable ? "yes" : "no");
+                }
+                break;
+            }
+        }
+        line_end(out, &line);
+    }
+    if (o->has_budget) {
+        char budget[32];
+        fprintf(out, "\nsequences of %" PRIu64 " tokens that fit in %s\n", in->tokens,
+                size_text(o->budget, budget, sizeof budget));
+        put(&line, "%-*s", LABEL_W, "  each committing its own granules");
+        for (size_t i = 0; i < count; i++)
+            cell_count(&line, r[i].fit);
+        line_end(out, &line);
+        put(&line, "%-*s", LABEL_W, "  the prefix's full granules shared");
+        for (size_t i = 0; i < count; i++) {
+            if (r[i].fit_shared == UINT64_MAX)
+                cell_text(&line, "unbounded");
+            else
+                cell_count(&line, r[i].fit_shared);
+        }
+        line_end(out, &line);
+    }
+    if (o->sweep)
+        fprintf(out, "\nplot: %s\n", o->sweep);
+}
+
+/* ---- main ---- */
+
+size_t geom_utf8_sequence(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.granule = DEFAULT_GRANULE, .tokens = 1, .capacity = 32768, .batch = 1};
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc;
+    if (o.help) {
+        usage(stdout);
+        return 0;
+    }
+    geom_input in;
+    rc = build_input(&o, &in);
+    if (rc)
+        return rc;
+    result r[ORTMEM_KV_LAYOUT_COUNT];
+    size_t count = 0;
+    if (o.all_layouts) {
+        for (unsigned l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
+            rc = evaluate(&in, &o, (ortmem_kv_layout)l, &r[count++]);
+            if (rc)
+                return rc;
+        }
+    } else {
+        rc = evaluate(&in, &o, in.geometry.layout, &r[count++]);
+        if (rc)
+            return rc;
+    }
+    if (o.sweep) {
+        if (!geom_plot_available())
+            return fail(EXIT_FAILED, "--sweep needs gnuplot, which is not installed (Debian: "
+                                     "apt-get install gnuplot-nox)");
+        int fd = open(o.sweep, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0)
+            return fail(EXIT_FAILED, "--sweep: cannot write '%s': %s", o.sweep, strerror(errno));
+        rc = geom_plot_draw(&in, fd, stderr);
+        if (close(fd) != 0 && rc == 0)
+            rc = fail(EXIT_FAILED, "--sweep: writing '%s' failed: %s", o.sweep, strerror(errno));
+        if (rc) {
+            (void)remove(o.sweep); /* half an SVG is no plot */
+            return rc;
+        }
+    }
+    if (o.json)
+        print_json(stdout, &in, &o, r, count);
+    else
+        print_table(stdout, &in, &o, r, count);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return fail(EXIT_FAILED, "writing the output failed: %s", strerror(errno));
+    return 0;
+}
