@@ -88,7 +88,7 @@ typedef struct ortmem_kv_eval {
     uint64_t live_bytes;                 /* batch * n * bytes_per_token */
     uint64_t bucket_tokens;              /* bucket(n), min bucket, hard max = capacity */
     uint64_t bucket_bytes;               /* batch * bucket_tokens * bytes_per_token */
-    uint64_t bucket_committed_bytes;     /* batch * granules of a bucket-sized sequence */
+    uint64_t bucket_committed_bytes;     /* batch * (bucket_bytes / batch rounded to the granule) */
     uint64_t sequence_reserved_bytes;    /* VA of one stable sequence at capacity */
     int shareable;                       /* prefix * contiguous >= granule */
     uint64_t share_granules;             /* per sequence: fragments * floor(P*contig / g) */
@@ -105,6 +105,12 @@ ORTMEM_API ortmem_status ortmem_kv_evaluate(const ortmem_kv_geometry *geometry, 
  * sequence of the given capacity: binding bases are granule-aligned. */
 ORTMEM_API ortmem_status ortmem_kv_fragment(const ortmem_kv_geometry *geometry, uint64_t capacity,
                                             uint64_t fragment, uint64_t *offset, uint64_t *length);
+
+/* The same for a bucket: its bindings are packed one after another (it is
+ * committed whole, so aligning them would only add granules). */
+ORTMEM_API ortmem_status ortmem_kv_fragment_packed(const ortmem_kv_geometry *geometry,
+                                                   uint64_t capacity, uint64_t fragment,
+                                                   uint64_t *offset, uint64_t *length);
 
 /* bucket(n) = 0 if hard_max is 0, else min(max(next_pow2(n), min_bucket), hard_max). */
 ORTMEM_API uint64_t ortmem_kv_bucket(uint64_t tokens, uint64_t min_bucket, uint64_t hard_max);

@@ -31,6 +31,8 @@ ortmem_status ortmem_kv_strategy_parse(const char *name, ortmem_kv_strategy *s)
 ortmem_status om_kv_fragment(const ortmem_kv_cache *c, uint64_t cap, uint64_t f, uint64_t *offset,
                              uint64_t *length)
 {
+    if (c->strategy == ORTMEM_KV_BUCKET)
+        return ortmem_kv_fragment_packed(&c->geometry, cap, f, offset, length);
     return ortmem_kv_fragment(&c->geometry, cap, f, offset, length);
 }
 
@@ -42,7 +44,9 @@ ortmem_status om_kv_region_create(ortmem_kv_cache *c, uint64_t cap, const ortmem
     if (st != ORTMEM_OK)
         return st;
     ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
-    opt.size = (size_t)e.sequence_reserved_bytes;
+    /* A bucket is packed: just its bytes, rounded up by the region. */
+    opt.size = (size_t)(c->strategy == ORTMEM_KV_BUCKET ? cap * c->bytes_per_token
+                                                        : e.sequence_reserved_bytes);
     opt.account = account;
     return ortmem_region_create(c->backend, &opt, out);
 }
@@ -243,16 +247,19 @@ static ortmem_status om_register_holder(ortmem_kv_cache *c, const char *name, in
     return st;
 }
 
-static void om_cache_free(ortmem_kv_cache *c)
+/* ORTMEM_E_QUARANTINED when the zero granule was quarantined. */
+static ortmem_status om_cache_free(ortmem_kv_cache *c)
 {
-    if (c->zero)
-        (void)ortmem_region_destroy(c->zero);
+    ortmem_status st = c->zero ? ortmem_region_destroy(c->zero) : ORTMEM_OK;
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
     if (c->prefix_holder)
         (void)ortmem_holder_unregister(c->prefix_holder);
     if (c->holder)
         (void)ortmem_holder_unregister(c->holder);
     pthread_mutex_destroy(&c->lock);
     free(c);
+    return st == ORTMEM_OK ? st : ortmem_error_set(st, "%s", detail);
 }
 
 ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
@@ -354,7 +361,7 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     if (st != ORTMEM_OK) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", ortmem_last_error());
-        om_cache_free(c);
+        (void)om_cache_free(c);
         return ortmem_error_set(st, "%s", detail);
     }
     *out = c;
@@ -380,10 +387,15 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
         om_handle_unpin(&c->hdr);
         return st;
     }
-    om_prefix_release_all(c);
-    om_cache_free(c);
+    /* Gone either way; a quarantine on the way is reported. */
+    st = om_prefix_release_all(c);
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    ortmem_status fst = om_cache_free(c);
     om_handle_end_destroy();
-    return ORTMEM_OK;
+    if (st != ORTMEM_OK)
+        return ortmem_error_set(st, "kv cache destroy: %s", detail);
+    return fst;
 }
 
 ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *c, ortmem_kv_strategy *strategy,

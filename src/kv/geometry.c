@@ -172,9 +172,11 @@ static om_shape om_shape_of(const ortmem_kv_geometry *g)
     return s;
 }
 
-/* Offset and length of fragment f in a stable sequence of capacity cap. */
-static bool om_fragment_at(const ortmem_kv_geometry *g, const om_shape *s, uint64_t cap, uint64_t f,
-                           uint64_t *offset, uint64_t *length)
+/* Offset and length of fragment f in a sequence of capacity cap: bindings on
+ * granule boundaries (stable), or packed one after another (a bucket, which
+ * is committed whole, so alignment would only add granules). */
+static bool om_fragment_in(const ortmem_kv_geometry *g, const om_shape *s, uint64_t cap, uint64_t f,
+                           bool packed, uint64_t *offset, uint64_t *length)
 {
     bool ok = true;
     uint64_t binding_bytes, stride;
@@ -184,7 +186,7 @@ static bool om_fragment_at(const ortmem_kv_geometry *g, const om_shape *s, uint6
     }
     if (!om_mul(cap, g->kv_heads * s->head_bytes, &binding_bytes))
         return false;
-    stride = om_round_up(binding_bytes, g->granule, &ok);
+    stride = packed ? binding_bytes : om_round_up(binding_bytes, g->granule, &ok);
     if (!ok)
         return false;
     uint64_t binding = g->layout == ORTMEM_KV_HEAD_MAJOR ? f / g->kv_heads : f;
@@ -195,6 +197,30 @@ static bool om_fragment_at(const ortmem_kv_geometry *g, const om_shape *s, uint6
         return false;
     *length = g->layout == ORTMEM_KV_HEAD_MAJOR ? cap * s->head_bytes : binding_bytes;
     return true;
+}
+
+static bool om_fragment_at(const ortmem_kv_geometry *g, const om_shape *s, uint64_t cap, uint64_t f,
+                           uint64_t *offset, uint64_t *length)
+{
+    return om_fragment_in(g, s, cap, f, false, offset, length);
+}
+
+ortmem_status ortmem_kv_fragment_packed(const ortmem_kv_geometry *g, uint64_t capacity,
+                                        uint64_t fragment, uint64_t *offset, uint64_t *length)
+{
+    ortmem_status st = ortmem_kv_geometry_check(g);
+    if (st != ORTMEM_OK)
+        return st;
+    if (!offset || !length)
+        return OM_ERR(ORTMEM_E_INVALID, "kv fragment: output is NULL");
+    om_shape s = om_shape_of(g);
+    if (fragment >= s.fragments)
+        return OM_ERR(ORTMEM_E_RANGE, "kv fragment: %llu of %llu fragments",
+                      (unsigned long long)fragment, (unsigned long long)s.fragments);
+    if (!om_fragment_in(g, &s, capacity, fragment, true, offset, length))
+        return OM_ERR(ORTMEM_E_OVERFLOW, "kv fragment: capacity %llu overflows",
+                      (unsigned long long)capacity);
+    return ORTMEM_OK;
 }
 
 ortmem_status ortmem_kv_fragment(const ortmem_kv_geometry *g, uint64_t capacity, uint64_t fragment,
@@ -279,18 +305,19 @@ ortmem_status ortmem_kv_evaluate(const ortmem_kv_geometry *g, uint64_t tokens, u
     e.contiguous_bytes_per_token = s.contig;
     bool ok = om_mul(s.fragments, g->granule, &e.floor_bytes);
     e.crossover_tokens = g->granule / s.contig + (g->granule % s.contig != 0);
-    uint64_t granules = 0, bucket_granules = 0, last_off = 0, last_len = 0;
+    uint64_t granules = 0, bucket_granules = 0, /* bucket_granules: its bytes */ last_off = 0,
+             last_len = 0;
     e.bucket_tokens = ortmem_kv_bucket(tokens, min_bucket ? min_bucket : 256, capacity);
     ok = ok && om_committed_granules(g, &s, tokens, capacity, &granules) &&
-              om_committed_granules(g, &s, e.bucket_tokens, e.bucket_tokens, &bucket_granules) &&
-              om_fragment_at(g, &s, capacity, s.fragments - 1, &last_off, &last_len) &&
-              om_mul(granules, g->granule, &e.committed_bytes) &&
-              om_mul(e.committed_bytes, batch, &e.committed_bytes) &&
-              om_mul(tokens, s.bpt, &e.live_bytes) && om_mul(e.live_bytes, batch, &e.live_bytes) &&
-              om_mul(e.bucket_tokens, s.bpt, &e.bucket_bytes) &&
-              om_mul(e.bucket_bytes, batch, &e.bucket_bytes) &&
-              om_mul(bucket_granules, g->granule, &e.bucket_committed_bytes) &&
-              om_mul(e.bucket_committed_bytes, batch, &e.bucket_committed_bytes);
+         om_mul(e.bucket_tokens, s.bpt, &bucket_granules) &&
+         om_fragment_at(g, &s, capacity, s.fragments - 1, &last_off, &last_len) &&
+         om_mul(granules, g->granule, &e.committed_bytes) &&
+         om_mul(e.committed_bytes, batch, &e.committed_bytes) &&
+         om_mul(tokens, s.bpt, &e.live_bytes) && om_mul(e.live_bytes, batch, &e.live_bytes) &&
+         om_mul(e.bucket_tokens, s.bpt, &e.bucket_bytes) &&
+         om_mul(e.bucket_bytes, batch, &e.bucket_bytes) &&
+         (e.bucket_committed_bytes = om_round_up(bucket_granules, g->granule, &ok), ok) &&
+         om_mul(e.bucket_committed_bytes, batch, &e.bucket_committed_bytes);
     uint64_t last_end = 0;
     if (ok && (ok = om_add(last_off, last_len, &last_end)))
         e.sequence_reserved_bytes = om_round_up(last_end, g->granule, &ok);
