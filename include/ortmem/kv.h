@@ -165,7 +165,8 @@ typedef struct ortmem_kv_cache_options {
 ORTMEM_API ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
                                                 const ortmem_kv_cache_options *options,
                                                 ortmem_kv_cache **out);
-/* ORTMEM_E_BUSY (nothing changes) while sequences live. */
+/* ORTMEM_E_BUSY (nothing changes) while sequences live. ORTMEM_E_QUARANTINED:
+ * destroyed, but granules were quarantined (see the backend stats). */
 ORTMEM_API ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *cache);
 
 /* The strategy in force and, in words with the numbers, why (auto's choice). */
@@ -195,15 +196,22 @@ ORTMEM_API ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *cache
                                                           uint64_t *reused_tokens);
 /* Grows the sequence by tokens (committing, or moving to the next bucket).
  * A refusal (ORTMEM_E_BUDGET, ORTMEM_E_RANGE past max_context) leaves the
- * sequence unchanged and says why. */
+ * sequence unchanged and says why. ORTMEM_E_QUARANTINED: the append took
+ * effect, but a granule or VA on the way was quarantined (the old bucket, a
+ * copy-on-write scratch range). */
 ORTMEM_API ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *seq, uint64_t tokens);
-/* Rewinds to length tokens; stable sequences decommit granules wholly beyond. */
+/* Rewinds to length tokens; stable sequences decommit the granules that hold
+ * no live byte any more. Once granules were decommitted the truncate has taken
+ * effect: ORTMEM_E_QUARANTINED or a failure to map the zero tail over them is
+ * reported with the new length in force (the tail is mapped again by the next
+ * append or truncate). */
 ORTMEM_API ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *seq, uint64_t length);
 /* A child with the parent's tokens: every granule wholly holding live bytes is
  * shared read-only (no new owned bytes), partial granules are copied. Writes
  * after the fork never leak between the two (appends copy shared granules
  * first). */
 ORTMEM_API ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *seq, ortmem_kv_seq **child);
+/* ORTMEM_E_QUARANTINED: destroyed, but its granules were quarantined. */
 ORTMEM_API ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *seq);
 ORTMEM_API ortmem_status ortmem_kv_seq_length(ortmem_kv_seq *seq, uint64_t *length);
 /* value 0: the K tensor of layer, 1: the V tensor. */
@@ -215,7 +223,8 @@ ORTMEM_API ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *seq, const int32_t
                                                size_t count);
 /* Copies the live bytes to the host tier and releases the device granules
  * (the VA stays reserved); swap_in commits and copies them back, byte for
- * byte. A swapped-out sequence refuses every other operation but destroy. */
+ * byte, and on failure leaves the sequence swapped out. A swapped-out
+ * sequence refuses every other operation but destroy. */
 ORTMEM_API ortmem_status ortmem_kv_seq_swap_out(ortmem_kv_seq *seq);
 ORTMEM_API ortmem_status ortmem_kv_seq_swap_in(ortmem_kv_seq *seq);
 

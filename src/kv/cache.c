@@ -171,7 +171,7 @@ ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t fr
     }
     if (st == ORTMEM_OK && n)
         st = ortmem_region_decommit_ranges(s->region, ranges, n);
-    for (size_t i = 0; st == ORTMEM_OK && i < n; i++)
+    for (size_t i = 0; (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) && i < n; i++)
         s->zero_mapped[ranges[i].offset / g] = false;
     free(ranges);
     free(live);

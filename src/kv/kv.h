@@ -93,7 +93,7 @@ ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t fr
 om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count);
 void om_prefix_unref(ortmem_kv_cache *c, om_prefix *p);
 uint64_t om_prefix_pressure(void *user, uint64_t want_bytes);
-void om_prefix_release_all(ortmem_kv_cache *c);
+ortmem_status om_prefix_release_all(ortmem_kv_cache *c);
 /* Tokens in one block whose bytes end on a granule in every fragment. */
 uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c);
 

@@ -58,12 +58,12 @@ static void om_lru_append(ortmem_kv_cache *c, om_prefix *p)
     c->lru_tail = p;
 }
 
-static void om_prefix_free(om_prefix *p)
+static ortmem_status om_prefix_free(om_prefix *p)
 {
-    if (p->region)
-        (void)ortmem_region_destroy(p->region);
+    ortmem_status st = p->region ? ortmem_region_destroy(p->region) : ORTMEM_OK;
     free(p->tokens);
     free(p);
+    return st;
 }
 
 om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count)
@@ -152,7 +152,7 @@ ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *s, const int32_t *tokens, siz
         char detail[512];
         strncpy(detail, ortmem_last_error(), sizeof detail - 1);
         detail[sizeof detail - 1] = '\0';
-        om_prefix_free(p);
+        (void)om_prefix_free(p);
         om_seq_unpin(s);
         return ortmem_error_set(st, "kv publish: %s", detail);
     }
@@ -194,15 +194,16 @@ uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
             break;
         /* What comes back: granules no live sequence maps any more. */
         uint64_t before = om_owned(c->backend);
-        om_prefix_free(victim);
+        (void)om_prefix_free(victim); /* a quarantine shows in the ledger */
         uint64_t after = om_owned(c->backend);
         released += before > after ? before - after : 0;
     }
     return released;
 }
 
-void om_prefix_release_all(ortmem_kv_cache *c)
+ortmem_status om_prefix_release_all(ortmem_kv_cache *c)
 {
+    ortmem_status st = ORTMEM_OK;
     pthread_mutex_lock(&c->lock);
     om_prefix *p = c->lru_head;
     c->lru_head = c->lru_tail = NULL;
@@ -210,7 +211,9 @@ void om_prefix_release_all(ortmem_kv_cache *c)
     pthread_mutex_unlock(&c->lock);
     while (p) {
         om_prefix *next = p->next;
-        om_prefix_free(p);
+        ortmem_status pst = om_prefix_free(p);
+        st = st == ORTMEM_OK ? pst : st;
         p = next;
     }
+    return st;
 }

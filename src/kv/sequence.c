@@ -2,6 +2,7 @@
  * sequence reserves the full context as VA and commits the granules its
  * tokens land in; a bucket sequence holds a whole power-of-two bucket and
  * moves to the next one, copying its live prefix, when it outgrows it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,15 +44,19 @@ static ortmem_status om_seq_attach(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_
     return ORTMEM_OK;
 }
 
-static void om_seq_free(ortmem_kv_seq *s)
+/* ORTMEM_E_QUARANTINED when a region's granules were quarantined (the
+ * sequence is gone either way). */
+static ortmem_status om_seq_free(ortmem_kv_seq *s)
 {
-    if (s->region)
-        (void)ortmem_region_destroy(s->region);
-    if (s->host)
-        (void)ortmem_region_destroy(s->host);
+    ortmem_status st = ORTMEM_OK, rst;
+    if (s->region && (rst = ortmem_region_destroy(s->region)) != ORTMEM_OK)
+        st = rst;
+    if (s->host && (rst = ortmem_region_destroy(s->host)) != ORTMEM_OK && st == ORTMEM_OK)
+        st = rst;
     free(s->zero_mapped);
     pthread_mutex_destroy(&s->lock);
     free(s);
+    return st;
 }
 
 static void om_seq_unlink(ortmem_kv_cache *c, ortmem_kv_seq *s)
@@ -81,7 +86,7 @@ static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out)
     if (st == ORTMEM_OK)
         st = om_handle_register(&s->hdr, OM_KIND_KV_SEQ);
     if (st != ORTMEM_OK) {
-        om_seq_free(s);
+        (void)om_seq_free(s);
         return st;
     }
     pthread_mutex_lock(&c->lock);
@@ -99,7 +104,7 @@ static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out)
     if (st != ORTMEM_OK) {
         (void)om_handle_pin(s, OM_KIND_KV_SEQ, "kv sequence create");
         (void)om_handle_retire(&s->hdr, "kv sequence create");
-        om_seq_free(s);
+        (void)om_seq_free(s);
         om_handle_end_destroy();
         return st;
     }
@@ -115,7 +120,7 @@ static void om_seq_discard(ortmem_kv_cache *c, ortmem_kv_seq *s)
         om_prefix_unref(c, s->prefix);
     (void)om_handle_pin(s, OM_KIND_KV_SEQ, "kv sequence");
     (void)om_handle_retire(&s->hdr, "kv sequence");
-    om_seq_free(s);
+    (void)om_seq_free(s);
     om_handle_end_destroy();
 }
 
@@ -187,9 +192,9 @@ ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *s)
     om_seq_unlink(c, s);
     if (s->prefix)
         om_prefix_unref(c, s->prefix);
-    om_seq_free(s);
+    st = om_seq_free(s);
     om_handle_end_destroy();
-    return ORTMEM_OK;
+    return st;
 }
 
 /* ---- growth ---- */
@@ -203,36 +208,73 @@ static uint64_t om_copy_calls(ortmem_backend *b)
     return v.calls[ORTMEM_OP_COPY];
 }
 
+/* A granule shared into s read-only stays read-only after every other
+ * mapper dropped it (mappers 1): cow has nothing to copy, but the tokens about
+ * to be written land there, so it becomes writable again. */
+static ortmem_status om_unshare_writable(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_range r)
+{
+    uint64_t g = c->geometry.granule;
+    ortmem_status st = ORTMEM_OK;
+    for (size_t k = r.offset / g; st == ORTMEM_OK && r.length && k <= (r.offset + r.length - 1) / g;
+         k++) {
+        ortmem_granule_info info = {.struct_size = sizeof info};
+        if (s->zero_mapped[k])
+            continue;
+        st = ortmem_region_granule_info(s->region, k * g, &info);
+        if (st == ORTMEM_OK && info.state == ORTMEM_GRANULE_MAPPED &&
+            info.access != ORTMEM_ACCESS_READ_WRITE && info.mappers == 1)
+            st = ortmem_region_protect(s->region, k * g, g, ORTMEM_ACCESS_READ_WRITE);
+    }
+    return st;
+}
+
 static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t to)
 {
     ortmem_range *ranges = calloc(c->fragments, sizeof *ranges);
     if (!ranges)
         return OM_ERR(ORTMEM_E_NOMEM, "kv append: %llu ranges", (unsigned long long)c->fragments);
     ortmem_status st = om_kv_token_ranges(c, s->capacity, s->length, to, ranges);
+    /* A step that took effect but quarantined something (a scratch VA, an
+     * alias) is carried on; the append then reports ORTMEM_E_QUARANTINED. */
+    char quarantined[512] = "";
+    /* The zero tail goes first: the zero granule is mapped everywhere, and
+     * copy-on-write would copy it. */
+    if (st == ORTMEM_OK) {
+        st = om_kv_zero_clear(c, s, s->length, to);
+        if (st == ORTMEM_E_QUARANTINED) {
+            snprintf(quarantined, sizeof quarantined, "%s", ortmem_last_error());
+            st = ORTMEM_OK;
+        }
+    }
     /* Writes below shared_upto would land in granules another sequence maps:
      * give this one private copies first. */
     if (st == ORTMEM_OK && s->length < s->shared_upto) {
         uint64_t before = om_copy_calls(c->backend);
-        for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++)
+        for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
             st = ortmem_region_cow(s->region, ranges[f].offset, ranges[f].length);
+            if (st == ORTMEM_E_QUARANTINED) {
+                snprintf(quarantined, sizeof quarantined, "%s", ortmem_last_error());
+                st = ORTMEM_OK;
+            }
+        }
         uint64_t copies = om_copy_calls(c->backend) - before;
         pthread_mutex_lock(&c->lock);
         c->cow_copied += copies * c->geometry.granule;
         pthread_mutex_unlock(&c->lock);
+        for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++)
+            st = om_unshare_writable(c, s, ranges[f]);
     }
     if (st == ORTMEM_OK)
-        st = om_kv_zero_clear(c, s, s->length, to);
-    if (st == ORTMEM_OK) {
         st = ortmem_region_commit_ranges(s->region, ranges, c->fragments);
-        if (st != ORTMEM_OK) {
-            char detail[512];
-            strncpy(detail, ortmem_last_error(), sizeof detail - 1);
-            detail[sizeof detail - 1] = '\0';
-            (void)om_kv_zero_fill(c, s); /* the zero tail comes back: nothing changed */
-            st = ortmem_error_set(st, "%s", detail);
-        }
+    if (st != ORTMEM_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        (void)om_kv_zero_fill(c, s); /* the zero tail comes back: nothing changed */
+        st = ortmem_error_set(st, "%s", detail);
     }
     free(ranges);
+    if (st == ORTMEM_OK && quarantined[0])
+        st = ortmem_error_set(ORTMEM_E_QUARANTINED, "kv append took effect: %s", quarantined);
     return st;
 }
 
@@ -262,8 +304,8 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
         free(next.zero_mapped);
         return ortmem_error_set(st, "%s", detail);
     }
-    if (s->region)
-        (void)ortmem_region_destroy(s->region);
+    /* The move took effect; a quarantine of the old bucket is reported. */
+    st = s->region ? ortmem_region_destroy(s->region) : ORTMEM_OK;
     free(s->zero_mapped);
     pthread_mutex_lock(&c->lock);
     c->growth_copied += s->length * c->bytes_per_token;
@@ -275,7 +317,7 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
     s->capacity = cap;
     s->generation++;
     s->shared_upto = 0;
-    return ORTMEM_OK;
+    return st;
 }
 
 ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *s, uint64_t tokens)
@@ -297,7 +339,9 @@ ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *s, uint64_t tokens)
         st = om_append_stable(c, s, to);
     else if (tokens && (!s->region || to > s->capacity))
         st = om_grow_bucket(c, s, to);
-    if (st == ORTMEM_OK)
+    else if (tokens && s->length < s->shared_upto)
+        st = om_append_stable(c, s, to); /* rewound into a fork's shared granules: copy them */
+    if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED)
         s->length = to;
     else if (st != ORTMEM_E_STATE && st != ORTMEM_E_RANGE)
         st = om_error_wrap(st, "kv append of %llu tokens to %llu: the sequence is unchanged",
@@ -319,12 +363,27 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
         st = OM_ERR(ORTMEM_E_RANGE, "kv truncate: to %llu tokens of %llu",
                     (unsigned long long)length, (unsigned long long)s->length);
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && length < s->length) {
-        ortmem_range *ranges = calloc(c->fragments, sizeof *ranges);
-        st = ranges ? om_kv_token_ranges(c, s->capacity, length, s->capacity, ranges)
-                    : OM_ERR(ORTMEM_E_NOMEM, "kv truncate: ranges");
-        /* Whole granules beyond the new length only. */
-        if (st == ORTMEM_OK)
-            st = ortmem_region_decommit_ranges(s->region, ranges, c->fragments);
+        /* Every granule that holds no live byte at the new length. A range
+         * per fragment would miss the granules a fragment shares with its
+         * neighbour or with the padding up to the next binding base. */
+        uint64_t g = c->geometry.granule;
+        ortmem_range *ranges = calloc(s->granules ? s->granules : 1, sizeof *ranges);
+        uint64_t *live = calloc(s->granules ? s->granules : 1, sizeof *live);
+        st = ranges && live
+                 ? om_kv_live_bytes_per_granule(c, s->capacity, length, live, s->granules)
+                 : OM_ERR(ORTMEM_E_NOMEM, "kv truncate: bookkeeping");
+        size_t n = 0;
+        for (size_t k = 0; st == ORTMEM_OK && k < s->granules; k++) {
+            if (live[k] || s->zero_mapped[k])
+                continue;
+            if (n && ranges[n - 1].offset + ranges[n - 1].length == k * g)
+                ranges[n - 1].length += g;
+            else
+                ranges[n++] = (ortmem_range){k * g, g};
+        }
+        free(live);
+        if (st == ORTMEM_OK && n)
+            st = ortmem_region_decommit_ranges(s->region, ranges, n);
         if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {
             for (size_t k = 0; k < s->granules; k++) {
                 ortmem_granule_info info = {.struct_size = sizeof info};
@@ -333,8 +392,16 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
                     info.state == ORTMEM_GRANULE_UNMAPPED)
                     s->zero_mapped[k] = false;
             }
+            /* The granules are gone: the truncate took effect whatever the
+             * zero tail does. A tail left unmapped is mapped again by the
+             * next append or truncate. */
+            s->length = length;
             ortmem_status zst = om_kv_zero_fill(c, s);
-            st = st == ORTMEM_OK ? zst : st;
+            if (zst != ORTMEM_OK && st == ORTMEM_OK)
+                st = om_error_wrap(zst,
+                                   "kv truncate to %llu tokens took effect, but the zero tail "
+                                   "is not mapped over every freed granule",
+                                   (unsigned long long)length);
         }
         free(ranges);
     }

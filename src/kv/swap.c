@@ -2,6 +2,7 @@
  * backend) and its device granules are released; swap-in commits and copies
  * them back byte for byte. The device VA stays reserved, so a stable
  * sequence's pointers are the same after swap-in. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,15 +99,22 @@ ortmem_status ortmem_kv_seq_swap_in(ortmem_kv_seq *s)
         st = OM_ERR(ORTMEM_E_STATE, "kv swap in: the sequence is not swapped out");
     if (st == ORTMEM_OK)
         st = om_commit_live(c, s, s->region);
-    if (st == ORTMEM_OK) {
+    if (st == ORTMEM_OK)
         st = om_copy_live(c, s, s->region, s->host);
-        if (st != ORTMEM_OK)
-            (void)ortmem_region_decommit(s->region, 0, ortmem_region_size(s->region));
+    if (st == ORTMEM_OK)
+        st = om_kv_zero_fill(c, s);
+    if (st != ORTMEM_OK && st != ORTMEM_E_STATE) {
+        /* Back to swapped out: the device granules go again. */
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        ortmem_status dst = ortmem_region_decommit(s->region, 0, ortmem_region_size(s->region));
+        if (dst == ORTMEM_OK || dst == ORTMEM_E_QUARANTINED)
+            memset(s->zero_mapped, 0, s->granules * sizeof *s->zero_mapped);
+        st = ortmem_error_set(st, "%s", detail);
     }
     if (st == ORTMEM_OK) {
         (void)ortmem_region_destroy(s->host);
         s->host = NULL;
-        st = om_kv_zero_fill(c, s);
         pthread_mutex_lock(&c->lock);
         c->swaps_in++;
         pthread_mutex_unlock(&c->lock);
