@@ -116,11 +116,25 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
     }
     if (st == ORTMEM_OK && copy_partial && partial_count) {
         st = ortmem_region_commit_ranges(dst, partial, partial_count);
-        for (size_t i = 0; st == ORTMEM_OK && i < partial_count; i++)
-            st = ortmem_region_copy(dst, partial[i].offset, src, partial[i].offset, g);
+        /* Copy only the live bytes of the partial granules: a whole-granule
+         * copy would read (and fault in) pages nobody wrote. */
+        uint64_t copied = 0;
+        for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
+            uint64_t off, len;
+            st = om_kv_fragment(c, cap, f, &off, &len);
+            uint64_t end = off + tokens * c->contig;
+            for (uint64_t k = off / g; st == ORTMEM_OK && k < granules && k * g < end; k++) {
+                if (live[k] == g || live[k] == 0)
+                    continue;
+                uint64_t lo = k * g > off ? k * g : off;
+                uint64_t hi = (k + 1) * g < end ? (k + 1) * g : end;
+                st = ortmem_region_copy(dst, (size_t)lo, src, (size_t)lo, (size_t)(hi - lo));
+                copied += hi - lo;
+            }
+        }
         if (st == ORTMEM_OK) {
             pthread_mutex_lock(&c->lock);
-            c->cow_copied += partial_count * g;
+            c->cow_copied += copied;
             pthread_mutex_unlock(&c->lock);
         }
     }
@@ -220,11 +234,11 @@ static void om_choose(ortmem_kv_cache *c, const ortmem_kv_cache_options *o)
         snprintf(c->reason, sizeof c->reason,
                  "bucket: typical sequences of %llu tokens stay below the crossover of %llu tokens "
                  "(%s, %llu contiguous bytes per token per fragment, granule %llu): a stable range "
-                 "would commit %llu bytes (floor %llu) against %llu for a %llu-token bucket, and "
+                 "would commit %llu bytes for them against %llu for a %llu-token bucket, and "
                  "no graph capture needs fixed pointers",
                  (unsigned long long)expected, (unsigned long long)e.crossover_tokens, layout,
                  (unsigned long long)c->contig, (unsigned long long)c->geometry.granule,
-                 (unsigned long long)e.committed_bytes, (unsigned long long)e.floor_bytes,
+                 (unsigned long long)e.committed_bytes,
                  (unsigned long long)e.bucket_committed_bytes, (unsigned long long)e.bucket_tokens);
     }
 }
