@@ -618,3 +618,218 @@ stress_outcome stress_grants_race(void)
     (void)ortmem_backend_destroy(b);
     return (stress_outcome){NULL, ""};
 }
+
+/* ---- the capture gate ---- */
+
+#define GATE_SHARED_THREADS 4
+#define GATE_CAPTURE_THREADS 2
+#define GATE_SHARED_ITERATIONS 3000
+#define GATE_CAPTURES 400
+#define GATE_DEFER_EVERY 10 /* a shared thread defers on every tenth iteration */
+#define GATE_ITEMS                                                                                 \
+    (GATE_SHARED_THREADS * (GATE_SHARED_ITERATIONS / GATE_DEFER_EVERY) +                           \
+     GATE_CAPTURE_THREADS * GATE_CAPTURES)
+
+typedef struct gate_item {
+    _Atomic int runs;
+    uint64_t serial; /* the capture it was deferred from; 0 = none */
+} gate_item;
+
+typedef struct gate_shared_state {
+    _Atomic int holders;     /* shared-section threads inside a section */
+    _Atomic int capturing;   /* threads between begin and end */
+    _Atomic uint64_t active; /* serial of the capture held now; 0 = none */
+    _Atomic uint64_t serials;
+    _Atomic int overlap;        /* a shared section inside a capture */
+    _Atomic int double_capture; /* two captures at once */
+    _Atomic int ran_inside;     /* a deferred item ran inside its own capture */
+    _Atomic int refused;        /* try-enter refusals seen */
+    _Atomic int failures;
+    _Atomic int next_item;
+    gate_item items[GATE_ITEMS];
+    char detail[128];
+} gate_shared_state;
+
+typedef struct gate_worker {
+    gate_shared_state *g;
+    uint64_t seed;
+} gate_worker;
+
+static gate_shared_state *gate_state;
+
+static void gate_item_run(void *arg)
+{
+    gate_item *it = arg;
+    atomic_fetch_add(&it->runs, 1);
+    if (it->serial && atomic_load(&gate_state->active) == it->serial)
+        atomic_fetch_add(&gate_state->ran_inside, 1);
+}
+
+static void gate_defer(gate_shared_state *g, uint64_t serial)
+{
+    int i = atomic_fetch_add(&g->next_item, 1);
+    if (i >= GATE_ITEMS) {
+        atomic_fetch_add(&g->failures, 1);
+        return;
+    }
+    g->items[i].serial = serial;
+    if (ortmem_capture_defer(gate_item_run, &g->items[i]) != ORTMEM_OK)
+        atomic_fetch_add(&g->failures, 1);
+}
+
+static void *gate_shared_work(void *arg)
+{
+    gate_worker *w = arg;
+    gate_shared_state *g = w->g;
+    uint64_t s = w->seed;
+    for (int it = 0; it < GATE_SHARED_ITERATIONS; it++) {
+        if (it % GATE_DEFER_EVERY == 0)
+            gate_defer(g, 0);
+        uint64_t r = next_random(&s);
+        if (r % 4 == 0) {
+            if (ortmem_capture_shared_try_enter() != ORTMEM_OK) {
+                atomic_fetch_add(&g->refused, 1);
+                continue;
+            }
+        } else {
+            ortmem_capture_shared_enter();
+        }
+        atomic_fetch_add(&g->holders, 1);
+        if (atomic_load(&g->capturing) != 0)
+            atomic_fetch_add(&g->overlap, 1);
+        if (r % 8 == 1) { /* nested: must not wait behind a waiting capture */
+            ortmem_capture_shared_enter();
+            if (atomic_load(&g->capturing) != 0)
+                atomic_fetch_add(&g->overlap, 1);
+            (void)ortmem_capture_shared_leave();
+        }
+        if (r % 16 == 2)
+            sched_yield();
+        if (atomic_load(&g->capturing) != 0)
+            atomic_fetch_add(&g->overlap, 1);
+        atomic_fetch_sub(&g->holders, 1);
+        if (ortmem_capture_shared_leave() != ORTMEM_OK)
+            atomic_fetch_add(&g->failures, 1);
+    }
+    return NULL;
+}
+
+static void *gate_capture_work(void *arg)
+{
+    gate_worker *w = arg;
+    gate_shared_state *g = w->g;
+    for (int c = 0; c < GATE_CAPTURES; c++) {
+        if (ortmem_capture_begin() != ORTMEM_OK) {
+            snprintf(g->detail, sizeof g->detail, "begin: %s", ortmem_last_error());
+            atomic_fetch_add(&g->failures, 1);
+            return NULL;
+        }
+        uint64_t serial = atomic_fetch_add(&g->serials, 1) + 1;
+        if (atomic_fetch_add(&g->capturing, 1) != 0)
+            atomic_fetch_add(&g->double_capture, 1);
+        atomic_store(&g->active, serial);
+        if (atomic_load(&g->holders) != 0)
+            atomic_fetch_add(&g->overlap, 1);
+        gate_defer(g, serial);
+        /* The capturing thread's own driver calls bypass the gate. */
+        ortmem_capture_shared_enter();
+        (void)ortmem_capture_shared_leave();
+        sched_yield();
+        if (atomic_load(&g->holders) != 0)
+            atomic_fetch_add(&g->overlap, 1);
+        atomic_store(&g->active, 0);
+        atomic_fetch_sub(&g->capturing, 1);
+        if (ortmem_capture_end() != ORTMEM_OK) {
+            snprintf(g->detail, sizeof g->detail, "end: %s", ortmem_last_error());
+            atomic_fetch_add(&g->failures, 1);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static ortmem_capture_stats gate_stats_now(void)
+{
+    ortmem_capture_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    (void)ortmem_capture_stats_get(&s);
+    return s;
+}
+
+stress_outcome stress_capture_gate(void)
+{
+    gate_shared_state *g = calloc(1, sizeof *g);
+    if (!g)
+        return fail("setup", "state of %zu bytes", sizeof *g);
+    gate_state = g;
+    ortmem_capture_stats s0 = gate_stats_now();
+    pthread_t threads[GATE_SHARED_THREADS + GATE_CAPTURE_THREADS];
+    gate_worker workers[GATE_SHARED_THREADS + GATE_CAPTURE_THREADS];
+    int started = 0;
+    for (int i = 0; i < GATE_SHARED_THREADS + GATE_CAPTURE_THREADS; i++) {
+        workers[i] = (gate_worker){g, 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1)};
+        void *(*body)(void *) = i < GATE_SHARED_THREADS ? gate_shared_work : gate_capture_work;
+        if (pthread_create(&threads[i], NULL, body, &workers[i]) != 0)
+            break;
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    ortmem_capture_stats s1 = gate_stats_now();
+    stress_outcome o = {NULL, ""};
+    int items = atomic_load(&g->next_item);
+    int wrong = -1;
+    for (int i = 0; i < items && i < GATE_ITEMS; i++) {
+        if (atomic_load(&g->items[i].runs) != 1) {
+            wrong = i;
+            break;
+        }
+    }
+    if (started != GATE_SHARED_THREADS + GATE_CAPTURE_THREADS)
+        o = fail("setup", "started %d threads", started);
+    else if (atomic_load(&g->failures))
+        o = fail("failure", "%d failed calls; %s", atomic_load(&g->failures), g->detail);
+    else if (atomic_load(&g->overlap))
+        o = fail("shared section inside a capture", "%d times", atomic_load(&g->overlap));
+    else if (atomic_load(&g->double_capture))
+        o = fail("two captures at once", "%d times", atomic_load(&g->double_capture));
+    else if (atomic_load(&g->ran_inside))
+        o = fail("deferred item ran inside its capture", "%d times", atomic_load(&g->ran_inside));
+    else if (items != GATE_ITEMS)
+        o = fail("items", "%d deferred, %d expected", items, GATE_ITEMS);
+    else if (wrong >= 0)
+        o = fail("deferred item not run exactly once", "item %d (serial %llu) ran %d times", wrong,
+                 (unsigned long long)g->items[wrong].serial, atomic_load(&g->items[wrong].runs));
+    else if (s1.captures - s0.captures != GATE_CAPTURE_THREADS * GATE_CAPTURES)
+        o = fail("captures", "the gate counted %llu, the threads made %d",
+                 (unsigned long long)(s1.captures - s0.captures),
+                 GATE_CAPTURE_THREADS * GATE_CAPTURES);
+    else if ((s1.deferred_run - s0.deferred_run) +
+                 (s1.deferred_immediate - s0.deferred_immediate) !=
+             (uint64_t)GATE_ITEMS)
+        o = fail("deferred counters", "run %llu + immediate %llu != %d items",
+                 (unsigned long long)(s1.deferred_run - s0.deferred_run),
+                 (unsigned long long)(s1.deferred_immediate - s0.deferred_immediate), GATE_ITEMS);
+    else if (s1.shared_refused - s0.shared_refused != (uint64_t)atomic_load(&g->refused))
+        o = fail("refusals", "the gate counted %llu, the threads saw %d",
+                 (unsigned long long)(s1.shared_refused - s0.shared_refused),
+                 atomic_load(&g->refused));
+    else if (s1.shared_active || s1.shared_waiting || s1.captures_waiting || s1.capture_active ||
+             s1.deferred_pending)
+        o = fail("gate not idle",
+                 "active %llu waiting %llu captures waiting %llu held %d "
+                 "pending %llu",
+                 (unsigned long long)s1.shared_active, (unsigned long long)s1.shared_waiting,
+                 (unsigned long long)s1.captures_waiting, s1.capture_active,
+                 (unsigned long long)s1.deferred_pending);
+    else if (s1.deferred_queued == s0.deferred_queued || s1.capture_waits == s0.capture_waits)
+        o = fail("no race",
+                 "queued %llu deferrals and %llu capture waits: the workload did not "
+                 "contend",
+                 (unsigned long long)(s1.deferred_queued - s0.deferred_queued),
+                 (unsigned long long)(s1.capture_waits - s0.capture_waits));
+    gate_state = NULL;
+    free(g);
+    return o;
+}

@@ -29,4 +29,12 @@ stress_outcome stress_arena_alloc_free(void);
  * refused thread's holder exactly as it was. */
 stress_outcome stress_grants_race(void);
 
+/* Threads taking shared sections of the capture gate (some nested, some
+ * try-enter, some deferring work) while others begin and end captures that
+ * defer work and bypass the gate for their own sections: never a shared
+ * section inside another thread's capture, never two captures at once, and
+ * every deferred function runs exactly once, never inside the capture it was
+ * deferred from. */
+stress_outcome stress_capture_gate(void);
+
 #endif

@@ -1208,7 +1208,12 @@ Test(governance, devices_are_created_once_and_torn_down_with_a_new_generation)
     EXPECT_STATUS(ortmem_device_get(ORTMEM_DEVICE_CPU, 0, &o, NULL), ORTMEM_E_INVALID);
     EXPECT_STATUS(ortmem_device_get((ortmem_device_kind)9, 0, &o, &again), ORTMEM_E_INVALID);
     EXPECT_STATUS(ortmem_device_get(ORTMEM_DEVICE_CPU, 1, &o, &again), ORTMEM_E_RANGE);
-    EXPECT_STATUS(ortmem_device_get(ORTMEM_DEVICE_CUDA, 0, &o, &again), ORTMEM_E_UNAVAILABLE);
+    /* A CUDA device needs a driver and a GPU: unavailable here says why; on a
+     * GPU machine the 64 KiB granule asked for is below the driver's minimum. */
+    ortmem_status cuda = ortmem_device_get(ORTMEM_DEVICE_CUDA, 0, &o, &again);
+    cr_assert(cuda == ORTMEM_E_UNAVAILABLE || cuda == ORTMEM_E_INVALID, "%s: %s",
+              ortmem_status_str(cuda), ortmem_last_error());
+    cr_assert_neq(ortmem_last_error()[0], '\0');
     ortmem_device_id bogus = {id.slot, id.generation + 1};
     EXPECT_STATUS(ortmem_device_backend(bogus, &b), ORTMEM_E_HANDLE);
     bogus = (ortmem_device_id){1000, id.generation};

@@ -29,3 +29,8 @@ Test(stress, racing_grants_never_pass_the_limit_and_refusals_change_nothing)
 {
     EXPECT_CLEAN(stress_grants_race());
 }
+
+Test(stress, capture_gate_keeps_shared_sections_out_of_captures_and_runs_each_deferral_once)
+{
+    EXPECT_CLEAN(stress_capture_gate());
+}

@@ -14,6 +14,7 @@ int main(void)
         {"destroy_racing_use", stress_destroy_racing_use},
         {"arena_alloc_free", stress_arena_alloc_free},
         {"grants_race", stress_grants_race},
+        {"capture_gate", stress_capture_gate},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) {

@@ -6,5 +6,6 @@
 #include <ortmem/vmm.h>
 #include <ortmem/governance.h>
 #include <ortmem/kv.h>
+#include <ortmem/capture.h>
 
 #endif /* ORTMEM_ORTMEM_H */

@@ -41,6 +41,11 @@ typedef enum ortmem_backend_op {
     ORTMEM_OP_EXPORT,
     ORTMEM_OP_IMPORT,
     ORTMEM_OP_COPY,
+    ORTMEM_OP_COPY_ASYNC,
+    ORTMEM_OP_MEMSET_ASYNC,
+    ORTMEM_OP_EVENT_RECORD,
+    ORTMEM_OP_EVENT_QUERY,
+    ORTMEM_OP_EVENT_RELEASE,
     ORTMEM_OP_COUNT,
     ORTMEM_OP_ANY = ORTMEM_OP_COUNT /* fault injection: every operation */
 } ortmem_backend_op;
@@ -86,6 +91,23 @@ typedef struct ortmem_backend_ops {
     ortmem_status (*copy)(void *self, uintptr_t dst, uintptr_t src, size_t size);
     /* Frees self. Called once, by ortmem_backend_destroy. */
     void (*destroy)(void *self);
+    /* ---- Optional stream-ordered slots (NULL = ORTMEM_E_UNSUPPORTED). A stream
+     * is the engine's own stream handle as an integer (a CUstream on CUDA);
+     * 0 is the backend's default stream (CUDA's legacy default stream). An
+     * event is a value the backend hands out; the caller releases it. */
+    /* Enqueues a copy of size bytes (any size) between addresses the backend
+     * reaches; returns once enqueued. */
+    ortmem_status (*copy_async)(void *self, uintptr_t dst, uintptr_t src, size_t size,
+                                uint64_t stream);
+    /* Enqueues setting size bytes at dst to (unsigned char)value. */
+    ortmem_status (*memset_async)(void *self, uintptr_t dst, int value, size_t size,
+                                  uint64_t stream);
+    /* Creates an event that completes when the work enqueued on stream so far has. */
+    ortmem_status (*event_record)(void *self, uint64_t stream, uint64_t *event);
+    /* ORTMEM_OK once the event completed, ORTMEM_E_BUSY while it is pending. */
+    ortmem_status (*event_query)(void *self, uint64_t event);
+    /* Releases an event (pending or not); it is never named again. */
+    ortmem_status (*event_release)(void *self, uint64_t event);
 } ortmem_backend_ops;
 
 /* Wraps a custom backend. ops is copied; self is owned by the new handle and
@@ -103,6 +125,28 @@ ORTMEM_API const char *ortmem_backend_name(const ortmem_backend *backend);
 
 /* The granule regions on this backend use (the recommended granularity). */
 ORTMEM_API ortmem_status ortmem_backend_granule(ortmem_backend *backend, size_t *granule);
+
+/* ---- Streams and events -----------------------------------------------------
+ * Stream-ordered work through the backend's optional slots, counted in the
+ * ledger like every other call (ORTMEM_OP_COPY_ASYNC ... EVENT_RELEASE).
+ * ORTMEM_E_UNSUPPORTED when the backend lacks the slot. stream: the engine's
+ * stream (a CUstream cast to an integer on CUDA), 0 = the default stream. The
+ * CPU backend works synchronously and its events complete at once. Events
+ * are tracked per backend handle: querying or releasing a value this backend
+ * did not hand out (or already released) is ORTMEM_E_NOT_FOUND and never
+ * reaches the driver; events still live at ortmem_backend_destroy are
+ * released then. Thread-safe. */
+ORTMEM_API ortmem_status ortmem_backend_copy_async(ortmem_backend *backend, void *dst,
+                                                   const void *src, size_t len, uint64_t stream);
+ORTMEM_API ortmem_status ortmem_backend_memset_async(ortmem_backend *backend, void *dst, int value,
+                                                     size_t len, uint64_t stream);
+/* *event receives a new event after the work enqueued on stream so far. */
+ORTMEM_API ortmem_status ortmem_backend_event_record(ortmem_backend *backend, uint64_t stream,
+                                                     uint64_t *event);
+/* ORTMEM_OK when the event completed, ORTMEM_E_BUSY while pending (not counted
+ * as a failure). */
+ORTMEM_API ortmem_status ortmem_backend_event_query(ortmem_backend *backend, uint64_t event);
+ORTMEM_API ortmem_status ortmem_backend_event_release(ortmem_backend *backend, uint64_t event);
 
 /* ---- CPU backend ------------------------------------------------------------
  * VA from mmap(PROT_NONE, MAP_NORESERVE); physical granules are pre-allocated
@@ -125,10 +169,78 @@ typedef struct ortmem_cpu_options {
 ORTMEM_API ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options,
                                                    ortmem_backend **out);
 
+/* ---- CUDA backend -----------------------------------------------------------
+ * The CUDA driver's virtual memory management on one device. libcuda.so.1 is
+ * opened at run time (dlopen) and every entry point is resolved through
+ * cuGetProcAddress, so ortmem builds and runs where there is no GPU, no driver
+ * and no CUDA headers; creation then fails with ORTMEM_E_UNAVAILABLE and a
+ * detail naming why (built without CUDA headers, the dlopen error, cuInit's
+ * error name). The device's primary context is retained at creation and bound
+ * around every driver call on the calling thread (the thread's previous
+ * context is restored afterwards), so any thread may use the backend.
+ *
+ * Primitives: cuMemGetAllocationGranularity (MINIMUM and RECOMMENDED),
+ * cuMemAddressReserve/Free, cuMemCreate (pinned, on the device; handle type
+ * POSIX_FILE_DESCRIPTOR when exportable), cuMemRelease, cuMemMap, cuMemUnmap,
+ * cuMemSetAccess (READ, READ_WRITE), cuMemExportToShareableHandle,
+ * cuMemImportFromShareableHandle, cuMemcpy (between any addresses, host
+ * memory included, then cuStreamSynchronize of the legacy default stream so
+ * that the copy has landed when it returns), cuMemcpyAsync, cuMemsetD8Async and
+ * events (cuEventCreate with DISABLE_TIMING, cuEventRecord, cuEventQuery,
+ * cuEventDestroy). A driver error becomes ORTMEM_E_BACKEND (ORTMEM_E_NOMEM
+ * for CUDA_ERROR_OUT_OF_MEMORY) with cuGetErrorName, cuGetErrorString and the
+ * numbers in the detail.
+ *
+ * Access NONE is ORTMEM_E_UNSUPPORTED: a fresh mapping starts with no access,
+ * but cuMemSetAccess cannot take access back once granted; revoking means
+ * unmapping, which is what decommit does. Device memory is not host memory:
+ * only the backend's copy primitives (or kernels) may touch it. */
+typedef enum ortmem_cuda_export {
+    ORTMEM_CUDA_EXPORT_ON_REQUEST = 0, /* POSIX fd handle type for ORTMEM_CREATE_EXPORTABLE only */
+    ORTMEM_CUDA_EXPORT_ALWAYS,         /* every granule is created exportable */
+    ORTMEM_CUDA_EXPORT_NEVER           /* exportable creation is ORTMEM_E_UNSUPPORTED */
+} ortmem_cuda_export;
+
+typedef enum ortmem_cuda_granularity {
+    ORTMEM_CUDA_GRANULE_RECOMMENDED = 0, /* regions use CU_MEM_ALLOC_GRANULARITY_RECOMMENDED */
+    ORTMEM_CUDA_GRANULE_MINIMUM          /* regions use CU_MEM_ALLOC_GRANULARITY_MINIMUM */
+} ortmem_cuda_granularity;
+
+/* cuGetProcAddress's CUDA 12+ signature in plain C types (CUresult and
+ * CUdriverProcAddressQueryResult are int-sized enums). */
+typedef int (*ortmem_cuda_get_proc_address_fn)(const char *symbol, void **pfn, int cuda_version,
+                                               uint64_t flags, int *symbol_status);
+
+typedef struct ortmem_cuda_options {
+    size_t struct_size;
+    int ordinal;                         /* CUDA device ordinal (cuDeviceGet) */
+    ortmem_cuda_export exportable;       /* when granules get the POSIX fd handle type */
+    ortmem_cuda_granularity granularity; /* which driver granularity regions use */
+    size_t granule; /* bytes; 0 = per granularity; else a power of two >= the minimum */
+    /* NULL: dlopen libcuda.so.1 and dlsym cuGetProcAddress_v2. Otherwise the
+     * resolver to use instead (a driver the engine loaded itself, or a test
+     * double); every entry point is still resolved through it. */
+    ortmem_cuda_get_proc_address_fn get_proc_address;
+} ortmem_cuda_options;
+
+#define ORTMEM_CUDA_OPTIONS_INIT                                                                   \
+    {                                                                                              \
+        sizeof(ortmem_cuda_options), 0, ORTMEM_CUDA_EXPORT_ON_REQUEST,                             \
+            ORTMEM_CUDA_GRANULE_RECOMMENDED, 0, NULL                                               \
+    }
+
+/* options may be NULL for the defaults (device 0). ORTMEM_E_UNAVAILABLE (with
+ * the reason) where the driver, a device or the headers at build time are
+ * missing; ORTMEM_E_RANGE for an ordinal the driver does not have. */
+ORTMEM_API ortmem_status ortmem_cuda_backend_create(const ortmem_cuda_options *options,
+                                                    ortmem_backend **out);
+
 /* ---- Fault-injection backend ------------------------------------------------
  * Wraps another backend and fails chosen calls before they reach it, so every
  * failure path above it can be driven. An injected failure returns
- * ORTMEM_E_BACKEND and the inner backend is not called. */
+ * ORTMEM_E_BACKEND and the inner backend is not called. Optional slots
+ * (export, import, copy, the stream and event slots) exist on the wrapper
+ * exactly when the inner backend has them. */
 typedef struct ortmem_fault_options {
     size_t struct_size;
     ortmem_backend_op op; /* which operation is counted and failed; ORTMEM_OP_ANY = all */
@@ -331,6 +443,28 @@ typedef struct ortmem_granule_info {
 /* Describes the granule holding byte offset. */
 ORTMEM_API ortmem_status ortmem_region_granule_info(ortmem_region *region, size_t offset,
                                                     ortmem_granule_info *info);
+
+/* The mapping state of the granules [offset, offset+len) touches, for callers
+ * that must notice later changes (graph signatures, include/ortmem/capture.h).
+ * Every granule has a mapping epoch that starts at 0 and grows by one each
+ * time its mapping changes: map (commit, share, import), unmap (decommit),
+ * the copy-on-write swap, quarantine. Access changes (protect) and failed
+ * calls that restored the mapping leave it alone. Each epoch only grows, so
+ * two snapshots of one range with equal epoch_sum saw the same mappings
+ * (barring 2^32 changes of one granule in between). */
+typedef struct ortmem_range_state {
+    size_t struct_size;
+    uint64_t region_id;           /* unique per region in this process, never reused */
+    uint64_t granules;            /* granules the range touches */
+    uint64_t unmapped_granules;   /* of those, not mapped (unmapped or quarantined) */
+    size_t first_unmapped_offset; /* region offset of the first one; SIZE_MAX when none */
+    uint64_t epoch_sum;           /* sum of the touched granules' mapping epochs */
+    int all_mapped;               /* non-zero when unmapped_granules is 0 */
+} ortmem_range_state;
+
+/* out->struct_size must be set by the caller. */
+ORTMEM_API ortmem_status ortmem_region_range_state(ortmem_region *region, size_t offset, size_t len,
+                                                   ortmem_range_state *out);
 
 /* The account the region charges (a copy, not retained); ORTMEM_E_STATE when
  * the region has none. */

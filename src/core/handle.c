@@ -115,6 +115,7 @@ static const char *om_kind_name(om_kind kind)
     case OM_KIND_FENCE: return "fence";
     case OM_KIND_KV_CACHE: return "kv cache";
     case OM_KIND_KV_SEQ: return "kv sequence";
+    case OM_KIND_GRAPH_SIGNATURE: return "graph signature";
     }
     return "handle";
 }

@@ -20,6 +20,7 @@ typedef enum om_kind {
     OM_KIND_FENCE,
     OM_KIND_KV_CACHE,
     OM_KIND_KV_SEQ,
+    OM_KIND_GRAPH_SIGNATURE,
 } om_kind;
 
 /* First member of every handle struct. */

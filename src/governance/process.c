@@ -43,15 +43,19 @@ static ortmem_status om_build(ortmem_device_kind kind, int ordinal,
                               const ortmem_device_options *opt, ortmem_backend **backend,
                               ortmem_authority **authority)
 {
-    if (kind == ORTMEM_DEVICE_CUDA)
-        return OM_ERR(ORTMEM_E_UNAVAILABLE,
-                      "device get: CUDA device %d: the CUDA backend is not built yet (proposed)",
-                      ordinal);
-    if (ordinal != 0)
+    ortmem_status st;
+    if (kind == ORTMEM_DEVICE_CUDA) {
+        ortmem_cuda_options cuda = ORTMEM_CUDA_OPTIONS_INIT;
+        cuda.ordinal = ordinal;
+        cuda.granule = opt->granule;
+        st = ortmem_cuda_backend_create(&cuda, backend);
+    } else if (ordinal != 0) {
         return OM_ERR(ORTMEM_E_RANGE, "device get: CPU device %d (only ordinal 0 exists)", ordinal);
-    ortmem_cpu_options cpu = ORTMEM_CPU_OPTIONS_INIT;
-    cpu.granule = opt->granule;
-    ortmem_status st = ortmem_cpu_backend_create(&cpu, backend);
+    } else {
+        ortmem_cpu_options cpu = ORTMEM_CPU_OPTIONS_INIT;
+        cpu.granule = opt->granule;
+        st = ortmem_cpu_backend_create(&cpu, backend);
+    }
     if (st != ORTMEM_OK)
         return st;
     ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;

@@ -1,5 +1,6 @@
 /* The KV cache: creation, the strategy choice, layout helpers shared by the
  * sequence code, the zero tail and the stats. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,24 @@ static void om_choose(ortmem_kv_cache *c, const ortmem_kv_cache_options *o)
 
 /* ---- lifetime ---- */
 
+/* Zeroes memory the host may not touch (device memory): a memset on the
+ * default stream, waited for through an event. A pooled granule keeps its old
+ * bytes, so the zero granule is zeroed explicitly. */
+static ortmem_status om_zero_granule(ortmem_backend *backend, void *base, size_t len)
+{
+    ortmem_status st = ortmem_backend_memset_async(backend, base, 0, len, 0);
+    uint64_t event = 0;
+    if (st == ORTMEM_OK)
+        st = ortmem_backend_event_record(backend, 0, &event);
+    while (st == ORTMEM_OK && (st = ortmem_backend_event_query(backend, event)) == ORTMEM_E_BUSY)
+        sched_yield();
+    if (event) {
+        ortmem_status released = ortmem_backend_event_release(backend, event);
+        st = st == ORTMEM_OK ? released : st;
+    }
+    return st;
+}
+
 static ortmem_status om_register_holder(ortmem_kv_cache *c, const char *name, int priority,
                                         ortmem_pressure_fn fn, ortmem_holder **h,
                                         ortmem_account *account)
@@ -366,7 +385,7 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
         if (st == ORTMEM_OK)
             st = ortmem_region_commit(c->zero, 0, granule);
         if (st == ORTMEM_OK)
-            memset(ortmem_region_base(c->zero), 0, granule); /* a pooled granule keeps old bytes */
+            st = om_zero_granule(backend, ortmem_region_base(c->zero), granule);
         if (st == ORTMEM_OK)
             st = ortmem_region_protect(c->zero, 0, granule, ORTMEM_ACCESS_READ);
     }

@@ -16,6 +16,11 @@ static const char *const om_op_names[ORTMEM_OP_COUNT + 1] = {
     [ORTMEM_OP_EXPORT] = "export",
     [ORTMEM_OP_IMPORT] = "import",
     [ORTMEM_OP_COPY] = "copy",
+    [ORTMEM_OP_COPY_ASYNC] = "copy_async",
+    [ORTMEM_OP_MEMSET_ASYNC] = "memset_async",
+    [ORTMEM_OP_EVENT_RECORD] = "event_record",
+    [ORTMEM_OP_EVENT_QUERY] = "event_query",
+    [ORTMEM_OP_EVENT_RELEASE] = "event_release",
     [ORTMEM_OP_ANY] = "any",
 };
 
@@ -38,13 +43,108 @@ ortmem_status ortmem_backend_op_parse(const char *name, ortmem_backend_op *op)
     }
     return OM_ERR(ORTMEM_E_INVALID,
                   "backend op parse: unknown operation '%s' (reserve, unreserve, create, "
-                  "release, map, unmap, set_access, export, import, copy, any)",
+                  "release, map, unmap, set_access, export, import, copy, copy_async, "
+                  "memset_async, event_record, event_query, event_release, any)",
                   name);
 }
 
 static bool om_is_pow2(size_t v)
 {
     return v && !(v & (v - 1));
+}
+
+/* ---- live events: an open-addressing set of the values event_record handed
+ * out, so a foreign or released event never reaches the driver ---- */
+
+enum { OM_EV_EMPTY = 0, OM_EV_FULL = 1, OM_EV_GONE = 2 };
+
+static size_t om_event_hash(uint64_t key, size_t capacity)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t)key & (capacity - 1);
+}
+
+/* Index of key, or SIZE_MAX. Caller holds events.lock. */
+static size_t om_event_find(const om_event_set *set, uint64_t key)
+{
+    if (!set->capacity)
+        return SIZE_MAX;
+    for (size_t i = om_event_hash(key, set->capacity), n = 0; n < set->capacity;
+         i = (i + 1) & (set->capacity - 1), n++) {
+        if (set->state[i] == OM_EV_EMPTY)
+            return SIZE_MAX;
+        if (set->state[i] == OM_EV_FULL && set->keys[i] == key)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+static bool om_event_put(om_event_set *set, uint64_t key);
+
+/* Rehashes into capacity slots (a power of two). Caller holds events.lock. */
+static bool om_event_grow(om_event_set *set, size_t capacity)
+{
+    om_event_set next = {.capacity = capacity};
+    next.keys = calloc(capacity, sizeof *next.keys);
+    next.state = calloc(capacity, sizeof *next.state);
+    if (!next.keys || !next.state) {
+        free(next.keys);
+        free(next.state);
+        return false;
+    }
+    for (size_t i = 0; i < set->capacity; i++) {
+        if (set->state[i] == OM_EV_FULL)
+            (void)om_event_put(&next, set->keys[i]);
+    }
+    free(set->keys);
+    free(set->state);
+    set->keys = next.keys;
+    set->state = next.state;
+    set->capacity = next.capacity;
+    set->count = next.count;
+    set->used = next.used;
+    return true;
+}
+
+/* Adds key; false when bookkeeping memory ran out. Caller holds events.lock. */
+static bool om_event_put(om_event_set *set, uint64_t key)
+{
+    if ((set->used + 1) * 4 > set->capacity * 3) {
+        size_t capacity = set->capacity ? set->capacity : 16;
+        while ((set->count + 1) * 2 > capacity)
+            capacity *= 2;
+        if (!om_event_grow(set, capacity))
+            return false;
+    }
+    size_t i = om_event_hash(key, set->capacity);
+    while (set->state[i] == OM_EV_FULL) {
+        if (set->keys[i] == key)
+            return true;
+        i = (i + 1) & (set->capacity - 1);
+    }
+    if (set->state[i] == OM_EV_EMPTY)
+        set->used++;
+    set->state[i] = OM_EV_FULL;
+    set->keys[i] = key;
+    set->count++;
+    return true;
+}
+
+/* Releases the events still live (nothing else can name them now). */
+static void om_events_teardown(ortmem_backend *b)
+{
+    om_event_set *set = &b->events;
+    for (size_t i = 0; i < set->capacity; i++) {
+        if (set->state[i] == OM_EV_FULL && b->ops.event_release)
+            (void)b->ops.event_release(b->self, set->keys[i]);
+    }
+    free(set->keys);
+    free(set->state);
+    set->keys = NULL;
+    set->state = NULL;
+    set->capacity = set->count = set->used = 0;
 }
 
 ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, ortmem_backend **out)
@@ -85,8 +185,10 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
     b->granule_min = minimum;
     b->granule = recommended;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->events.lock, NULL);
     st = om_handle_register(&b->hdr, OM_KIND_BACKEND);
     if (st != ORTMEM_OK) {
+        pthread_mutex_destroy(&b->events.lock);
         pthread_mutex_destroy(&b->lock);
         free(b);
         return st;
@@ -156,10 +258,12 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
     free(b->quarantine);
     om_account_drop(&b->pool_account);
     om_account_drop(&b->quarantine_account);
+    om_events_teardown(b);
     if (b->ops.destroy)
         b->ops.destroy(b->self);
     if (b->inner)
         om_backend_unuse(b->inner);
+    pthread_mutex_destroy(&b->events.lock);
     pthread_mutex_destroy(&b->lock);
     free(b);
     om_handle_end_destroy();
@@ -315,4 +419,176 @@ ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, s
     if (!b->ops.copy)
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no copy primitive", b->ops.name);
     return om_counted(b, ORTMEM_OP_COPY, b->ops.copy(b->self, dst, src, size));
+}
+
+/* ---- streams and events ---- */
+
+bool om_backend_has_events(const ortmem_backend *b)
+{
+    return b->ops.event_record && b->ops.event_query && b->ops.event_release;
+}
+
+ortmem_status om_backend_copy_async(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size,
+                                    uint64_t stream)
+{
+    if (!b->ops.copy_async)
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no async copy primitive",
+                      b->ops.name);
+    return om_counted(b, ORTMEM_OP_COPY_ASYNC, b->ops.copy_async(b->self, dst, src, size, stream));
+}
+
+ortmem_status om_backend_memset_async(ortmem_backend *b, uintptr_t dst, int value, size_t size,
+                                      uint64_t stream)
+{
+    if (!b->ops.memset_async)
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no async memset primitive",
+                      b->ops.name);
+    return om_counted(b, ORTMEM_OP_MEMSET_ASYNC,
+                      b->ops.memset_async(b->self, dst, value, size, stream));
+}
+
+ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event)
+{
+    if (!om_backend_has_events(b))
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
+    uint64_t ev = 0;
+    ortmem_status st =
+        om_counted(b, ORTMEM_OP_EVENT_RECORD, b->ops.event_record(b->self, stream, &ev));
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&b->events.lock);
+    bool tracked = om_event_put(&b->events, ev);
+    pthread_mutex_unlock(&b->events.lock);
+    if (!tracked) {
+        (void)b->ops.event_release(b->self, ev);
+        return OM_ERR(ORTMEM_E_NOMEM,
+                      "backend '%s' event record: no memory to track one more live event",
+                      b->ops.name);
+    }
+    *event = ev;
+    return ORTMEM_OK;
+}
+
+ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event)
+{
+    if (!om_backend_has_events(b))
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
+    /* The lock stays held over the query so that a release racing with it
+     * cannot free the event under the driver's feet. */
+    pthread_mutex_lock(&b->events.lock);
+    if (om_event_find(&b->events, event) == SIZE_MAX) {
+        pthread_mutex_unlock(&b->events.lock);
+        return OM_ERR(ORTMEM_E_NOT_FOUND,
+                      "backend '%s' event query: event 0x%llx is not live on this backend "
+                      "(never recorded here, or released)",
+                      b->ops.name, (unsigned long long)event);
+    }
+    ortmem_status st = b->ops.event_query(b->self, event);
+    pthread_mutex_unlock(&b->events.lock);
+    if (st == ORTMEM_E_BUSY) {
+        /* Pending is an answer, not a failure. */
+        om_ledger_count(&b->ledger.calls[ORTMEM_OP_EVENT_QUERY], 1, b);
+        return OM_ERR(ORTMEM_E_BUSY, "backend '%s' event 0x%llx is pending", b->ops.name,
+                      (unsigned long long)event);
+    }
+    return om_counted(b, ORTMEM_OP_EVENT_QUERY, st);
+}
+
+ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event)
+{
+    if (!om_backend_has_events(b))
+        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
+    pthread_mutex_lock(&b->events.lock);
+    size_t at = om_event_find(&b->events, event);
+    if (at != SIZE_MAX) {
+        b->events.state[at] = OM_EV_GONE;
+        b->events.count--;
+    }
+    pthread_mutex_unlock(&b->events.lock);
+    if (at == SIZE_MAX)
+        return OM_ERR(ORTMEM_E_NOT_FOUND,
+                      "backend '%s' event release: event 0x%llx is not live on this backend "
+                      "(never recorded here, or released already)",
+                      b->ops.name, (unsigned long long)event);
+    ortmem_status st = om_counted(b, ORTMEM_OP_EVENT_RELEASE, b->ops.event_release(b->self, event));
+    if (st != ORTMEM_OK) {
+        /* Still live: the caller may try again, and destroy releases it. */
+        pthread_mutex_lock(&b->events.lock);
+        bool tracked = om_event_put(&b->events, event);
+        pthread_mutex_unlock(&b->events.lock);
+        if (!tracked)
+            return om_error_wrap(st, "(the event is no longer tracked: out of memory)");
+    }
+    return st;
+}
+
+uint64_t om_backend_live_events(ortmem_backend *b)
+{
+    pthread_mutex_lock(&b->events.lock);
+    uint64_t n = b->events.count;
+    pthread_mutex_unlock(&b->events.lock);
+    return n;
+}
+
+ortmem_status ortmem_backend_copy_async(ortmem_backend *b, void *dst, const void *src, size_t len,
+                                        uint64_t stream)
+{
+    om_error_clear();
+    if (!dst || !src || !len)
+        return OM_ERR(ORTMEM_E_INVALID, "backend copy async: NULL address or zero length");
+    ortmem_status st = om_backend_pin(b, "backend copy async");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_copy_async(b, (uintptr_t)dst, (uintptr_t)src, len, stream);
+    om_backend_unpin(b);
+    return st;
+}
+
+ortmem_status ortmem_backend_memset_async(ortmem_backend *b, void *dst, int value, size_t len,
+                                          uint64_t stream)
+{
+    om_error_clear();
+    if (!dst || !len)
+        return OM_ERR(ORTMEM_E_INVALID, "backend memset async: NULL address or zero length");
+    ortmem_status st = om_backend_pin(b, "backend memset async");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_memset_async(b, (uintptr_t)dst, value, len, stream);
+    om_backend_unpin(b);
+    return st;
+}
+
+ortmem_status ortmem_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event)
+{
+    om_error_clear();
+    if (!event)
+        return OM_ERR(ORTMEM_E_INVALID, "backend event record: output is NULL");
+    ortmem_status st = om_backend_pin(b, "backend event record");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_event_record(b, stream, event);
+    om_backend_unpin(b);
+    return st;
+}
+
+ortmem_status ortmem_backend_event_query(ortmem_backend *b, uint64_t event)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "backend event query");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_event_query(b, event);
+    om_backend_unpin(b);
+    return st;
+}
+
+ortmem_status ortmem_backend_event_release(ortmem_backend *b, uint64_t event)
+{
+    om_error_clear();
+    ortmem_status st = om_backend_pin(b, "backend event release");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_event_release(b, event);
+    om_backend_unpin(b);
+    return st;
 }

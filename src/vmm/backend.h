@@ -43,6 +43,16 @@ typedef struct om_pool {
     size_t bytes;
 } om_pool;
 
+/* The events a backend handed out and nobody released yet (backend.c). */
+typedef struct om_event_set {
+    uint64_t *keys;
+    uint8_t *state;
+    size_t capacity; /* a power of two, or 0 */
+    size_t count;    /* live events */
+    size_t used;     /* live plus deleted slots */
+    pthread_mutex_t lock;
+} om_event_set;
+
 struct ortmem_backend {
     om_handle hdr;
     ortmem_backend_ops ops;
@@ -58,6 +68,7 @@ struct ortmem_backend {
     om_account pool_account;       /* charged for pooled granules */
     om_account quarantine_account; /* charged for quarantined granules and mappings */
     om_ledger ledger;
+    om_event_set events;
 };
 
 /* Pins a backend handle (see core/handle.h). */
@@ -82,6 +93,20 @@ ortmem_status om_backend_export(ortmem_backend *b, uint64_t handle, int *fd);
 ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t *handle);
 ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size);
 bool om_backend_can_copy(const ortmem_backend *b);
+/* Stream-ordered slots; ORTMEM_E_UNSUPPORTED (not counted) when missing.
+ * Events are tracked: query and release of a value not live here is
+ * ORTMEM_E_NOT_FOUND; a pending query is ORTMEM_E_BUSY (counted, no failure). */
+ortmem_status om_backend_copy_async(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size,
+                                    uint64_t stream);
+ortmem_status om_backend_memset_async(ortmem_backend *b, uintptr_t dst, int value, size_t size,
+                                      uint64_t stream);
+ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event);
+ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event);
+ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event);
+/* All three event slots present. */
+bool om_backend_has_events(const ortmem_backend *b);
+/* Events recorded through b and not released yet. */
+uint64_t om_backend_live_events(ortmem_backend *b);
 
 /* Ledger movements (ledger.c). */
 void om_ledger_owned_add(ortmem_backend *b, size_t bytes);

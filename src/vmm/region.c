@@ -21,6 +21,10 @@ typedef struct om_slot {
     uint8_t access; /* ortmem_access */
     /* Bytes of this granule that commits asked for: the hull [lo, hi). */
     uint32_t requested_lo, requested_hi;
+    /* Mapping epoch: +1 whenever this granule's mapping changes (map, unmap,
+     * cow swap, poison); a rollback that restores the mapping keeps it.
+     * Read by ortmem_region_range_state; wraps after 2^32 changes. */
+    uint32_t epoch;
 } om_slot;
 
 /* What one call still holds of the capacity it reserved on its account. */
@@ -160,6 +164,7 @@ static void poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mappe
     if (r->report_requested)
         om_account_requested(&r->account, -requested);
     s->state = ORTMEM_GRANULE_POISONED;
+    s->epoch++;
     s->phys = p;
     s->access = ORTMEM_ACCESS_NONE;
     om_phys_poison(r->backend, p);
@@ -269,7 +274,8 @@ static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys
         if (!phys[k])
             continue;
         atomic_fetch_add(&phys[k]->mappers, 1);
-        r->slots[g0 + k] = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access, 0, 0};
+        uint32_t epoch = r->slots[g0 + k].epoch + 1;
+        r->slots[g0 + k] = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access, 0, 0, epoch};
     }
     free(mapped);
     return ORTMEM_OK;
@@ -335,7 +341,7 @@ static ortmem_status drop_unmapped(ortmem_region *r, size_t g0, size_t n, const 
         int64_t requested = forget_requested(r, g0 + k);
         if (r->report_requested)
             om_account_requested(&r->account, -requested);
-        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0};
+        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, s->epoch + 1};
         ortmem_status st = om_phys_drop(r->backend, p);
         if (st != ORTMEM_OK)
             result = st;
@@ -563,6 +569,36 @@ ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset, ortmem
                                    s->phys ? atomic_load(&s->phys->mappers) : 0};
         out.struct_size = info->struct_size;
         memcpy(info, &out, info->struct_size);
+    }
+    unpin_region(r);
+    return st;
+}
+
+ortmem_status ortmem_region_range_state(ortmem_region *r, size_t offset, size_t len,
+                                        ortmem_range_state *out)
+{
+    om_error_clear();
+    if (!out || out->struct_size == 0 || out->struct_size > sizeof *out)
+        return OM_ERR(ORTMEM_E_INVALID, "region range state: out NULL or struct_size unset");
+    ortmem_status st = pin_region(r, "region range state");
+    if (st != ORTMEM_OK)
+        return st;
+    st = check_range(r, offset, len, "region range state");
+    if (st == ORTMEM_OK) {
+        ortmem_range_state res = {sizeof res, r->id, 0, 0, SIZE_MAX, 0, 1};
+        size_t first = offset / r->granule, last = (offset + len - 1) / r->granule;
+        for (size_t k = first; k <= last; k++) {
+            const om_slot *s = &r->slots[k];
+            res.granules++;
+            res.epoch_sum += s->epoch;
+            if (s->state == ORTMEM_GRANULE_MAPPED)
+                continue;
+            if (res.unmapped_granules++ == 0)
+                res.first_unmapped_offset = k * r->granule;
+            res.all_mapped = 0;
+        }
+        res.struct_size = out->struct_size;
+        memcpy(out, &res, out->struct_size);
     }
     unpin_region(r);
     return st;
@@ -1029,8 +1065,9 @@ static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len
                     if (!cand[k])
                         continue;
                     old[k] = r->slots[g0 + k];
-                    r->slots[g0 + k] =
-                        (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0};
+                    /* Same epoch: map_granules counts the swap as one change. */
+                    r->slots[g0 + k] = (om_slot){
+                        NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, old[k].epoch};
                 }
                 st = map_granules(r, g0, n, fresh, ORTMEM_ACCESS_READ_WRITE, false, &hold);
                 if (st == ORTMEM_OK) {

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,6 +45,7 @@ typedef struct cpu_backend {
     off_t *holes; /* granule-sized extents punched and free for reuse */
     size_t hole_count, hole_capacity;
     cpu_granule *live;
+    _Atomic uint64_t next_event; /* starts at 1 */
 #ifdef ORTMEM_HAVE_HWLOC
     hwloc_topology_t topology;
     hwloc_nodeset_t nodeset;
@@ -193,8 +195,9 @@ static ortmem_status cpu_create_extent(cpu_backend *c, size_t size, cpu_granule 
     }
     if (cpu_fallocate_on_node(c, c->shared_fd, offset, size) != 0) {
         int err = errno;
-        if (!from_hole)
-            (void)ftruncate(c->shared_fd, c->shared_end);
+        /* Best effort: a file left longer than needed holds no pages. */
+        if (!from_hole && ftruncate(c->shared_fd, c->shared_end) != 0)
+            err = err ? err : errno;
         st = cpu_errno("create (fallocate)", err, size);
         goto out;
     }
@@ -356,6 +359,47 @@ static ortmem_status cpu_copy(void *self, uintptr_t dst, uintptr_t src, size_t s
     return ORTMEM_OK;
 }
 
+/* Streams and events: the CPU has no queues, so the work happens at once and
+ * every event is complete when it is handed out. Event values are a counter,
+ * never 0, so each one names a distinct record. */
+static ortmem_status cpu_copy_async(void *self, uintptr_t dst, uintptr_t src, size_t size,
+                                    uint64_t stream)
+{
+    (void)stream;
+    return cpu_copy(self, dst, src, size);
+}
+
+static ortmem_status cpu_memset_async(void *self, uintptr_t dst, int value, size_t size,
+                                      uint64_t stream)
+{
+    (void)self;
+    (void)stream;
+    memset((void *)dst, value, size);
+    return ORTMEM_OK;
+}
+
+static ortmem_status cpu_event_record(void *self, uint64_t stream, uint64_t *event)
+{
+    cpu_backend *c = self;
+    (void)stream;
+    *event = atomic_fetch_add(&c->next_event, 1);
+    return ORTMEM_OK;
+}
+
+static ortmem_status cpu_event_query(void *self, uint64_t event)
+{
+    (void)self;
+    (void)event;
+    return ORTMEM_OK;
+}
+
+static ortmem_status cpu_event_release(void *self, uint64_t event)
+{
+    (void)self;
+    (void)event;
+    return ORTMEM_OK;
+}
+
 static void cpu_destroy(void *self)
 {
     cpu_backend *c = self;
@@ -396,6 +440,11 @@ static const ortmem_backend_ops cpu_ops = {
     .import_fd = cpu_import,
     .copy = cpu_copy,
     .destroy = cpu_destroy,
+    .copy_async = cpu_copy_async,
+    .memset_async = cpu_memset_async,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_release = cpu_event_release,
 };
 
 static ortmem_status cpu_bind_numa(cpu_backend *c)
@@ -469,6 +518,7 @@ ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options, ortme
     c->numa_node = opt.numa_node;
     c->populate = opt.populate;
     c->shared_fd = -1;
+    atomic_init(&c->next_event, 1);
     pthread_mutex_init(&c->lock, NULL);
     ortmem_status st = c->numa_node >= 0 ? cpu_bind_numa(c) : ORTMEM_OK;
     if (st == ORTMEM_OK && c->populate)

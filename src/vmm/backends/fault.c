@@ -135,6 +135,43 @@ static ortmem_status fault_copy(void *self, uintptr_t dst, uintptr_t src, size_t
     return om_backend_copy(f->inner, dst, src, size);
 }
 
+static ortmem_status fault_copy_async(void *self, uintptr_t dst, uintptr_t src, size_t size,
+                                      uint64_t stream)
+{
+    fault_backend *f = self;
+    FAULT_CHECK(f, ORTMEM_OP_COPY_ASYNC);
+    return om_backend_copy_async(f->inner, dst, src, size, stream);
+}
+
+static ortmem_status fault_memset_async(void *self, uintptr_t dst, int value, size_t size,
+                                        uint64_t stream)
+{
+    fault_backend *f = self;
+    FAULT_CHECK(f, ORTMEM_OP_MEMSET_ASYNC);
+    return om_backend_memset_async(f->inner, dst, value, size, stream);
+}
+
+static ortmem_status fault_event_record(void *self, uint64_t stream, uint64_t *event)
+{
+    fault_backend *f = self;
+    FAULT_CHECK(f, ORTMEM_OP_EVENT_RECORD);
+    return om_backend_event_record(f->inner, stream, event);
+}
+
+static ortmem_status fault_event_query(void *self, uint64_t event)
+{
+    fault_backend *f = self;
+    FAULT_CHECK(f, ORTMEM_OP_EVENT_QUERY);
+    return om_backend_event_query(f->inner, event);
+}
+
+static ortmem_status fault_event_release(void *self, uint64_t event)
+{
+    fault_backend *f = self;
+    FAULT_CHECK(f, ORTMEM_OP_EVENT_RELEASE);
+    return om_backend_event_release(f->inner, event);
+}
+
 static void fault_destroy(void *self)
 {
     fault_backend *f = self;
@@ -200,6 +237,11 @@ ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
         .import_fd = inner->ops.import_fd ? fault_import : NULL,
         .copy = inner->ops.copy ? fault_copy : NULL,
         .destroy = fault_destroy,
+        .copy_async = inner->ops.copy_async ? fault_copy_async : NULL,
+        .memset_async = inner->ops.memset_async ? fault_memset_async : NULL,
+        .event_record = om_backend_has_events(inner) ? fault_event_record : NULL,
+        .event_query = om_backend_has_events(inner) ? fault_event_query : NULL,
+        .event_release = om_backend_has_events(inner) ? fault_event_release : NULL,
     };
     ortmem_backend *b;
     st = ortmem_backend_create(&ops, f, &b);

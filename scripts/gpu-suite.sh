@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# The GPU suite in one command, run from the repository root on the GPU
+# machine (NVIDIA H200, driver 580, CUDA 13; nvcc, meson and ninja there, no
+# package registry):
+#
+#   bash scripts/gpu-suite.sh
+#
+# 1. points pkg-config (PKG_CONFIG_PATH), the compiler (C_INCLUDE_PATH), the
+#    linker (LIBRARY_PATH) and the loader (LD_LIBRARY_PATH) at .deps/root
+#    (Criterion, jansson, pkgconf; prepared here by scripts/gpu-deps.sh and
+#    carried), linking in only the libraries the machine lacks;
+# 2. builds ortmem with the CUDA backend and the GPU tests into build-gpu/
+#    (-Dcuda=enabled -Dgpu_tests=true, debugoptimized, no benchmarks);
+# 3. runs the GPU Criterion suite (tests/gpu/test_gpu.c), graph_tests (nvcc:
+#    kernels and graph capture) and the whole CPU test suite (--suite unit);
+# 4. writes logs to $OUT (./gpu-out when unset) and prints a summary.
+#
+# Exit status: 0 when nothing failed (skips are not failures), 1 otherwise.
+# The whole run is kept under about 8 minutes (ORTMEM_SUITE_BUDGET seconds).
+# For a check on a machine without a GPU: ORTMEM_DEPS_SHIM=all links every
+# carried library instead of the missing ones, ORTMEM_DEPS_PKGCONF=1 uses the
+# carried pkgconf even where pkg-config exists.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+OUT=${OUT:-$repo/gpu-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+build=build-gpu
+budget=${ORTMEM_SUITE_BUDGET:-470}
+start=$(date +%s)
+
+left() { echo $((budget - ($(date +%s) - start))); }
+step() { echo; echo "== $* (at $(($(date +%s) - start)) s)"; }
+# Runs "$@" with at most $1 seconds (and never past the budget).
+bounded() {
+  local cap=$1; shift
+  local t; t=$(left)
+  ((t > cap)) && t=$cap
+  ((t < 10)) && t=10
+  timeout --kill-after=10 "$t" "$@"
+}
+
+summary=()
+failed=0
+note() { summary+=("$*"); }
+
+main() {
+# ---- tools ----
+step "environment"
+for d in /usr/local/cuda/bin /opt/cuda/bin; do
+  [ -x "$d/nvcc" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH=$PATH:$d ;; esac
+done
+tooldir=$repo/$build-tools
+mkdir -p "$tooldir/bin"
+if ! command -v meson >/dev/null && python3 -c 'import mesonbuild' 2>/dev/null; then
+  printf '#!/bin/sh\nexec python3 -m mesonbuild.mesonmain "$@"\n' >"$tooldir/bin/meson"
+fi
+if ! command -v ninja >/dev/null && python3 -c 'import ninja' 2>/dev/null; then
+  printf '#!/bin/sh\nexec python3 -m ninja "$@"\n' >"$tooldir/bin/ninja"
+fi
+chmod +x "$tooldir"/bin/* 2>/dev/null
+export PATH=$PATH:$tooldir/bin
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) (working tree as sent)"
+  echo "kernel: $(uname -srm)"
+  echo "glibc: $(ldd --version 2>/dev/null | head -1)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1 || echo missing)"
+  echo "cc: $( (cc --version || gcc --version) 2>/dev/null | head -1)"
+  echo "meson: $(meson --version 2>/dev/null || echo missing); ninja: $(ninja --version 2>/dev/null || echo missing)"
+  echo "cpus: $(nproc)"
+} | tee "$OUT/env.txt"
+for tool in meson ninja; do
+  command -v $tool >/dev/null || { echo "gpu-suite: $tool not found"; return 1; }
+done
+command -v cc >/dev/null || command -v gcc >/dev/null || { echo "gpu-suite: no C compiler"; return 1; }
+
+# ---- carried dependencies ----
+step "dependencies (.deps/root)"
+deps=$repo/.deps/root
+if [ -d "$deps" ]; then
+  shim=$tooldir/lib
+  rm -rf "$shim"
+  mkdir -p "$shim"
+  if command -v ldconfig >/dev/null; then
+    ldconfig -p 2>/dev/null | awk 'NR > 1 { print $1 }' | sort -u >"$tooldir/system-libs"
+  else
+    : >"$tooldir/system-libs"
+  fi
+  linked=()
+  for dir in "$deps/usr/lib/x86_64-linux-gnu" "$deps/lib/x86_64-linux-gnu"; do
+    for f in "$dir"/lib*.so.*; do
+      [ -f "$f" ] && [ ! -L "$f" ] || continue
+      # The loader looks a library up by its SONAME.
+      name=$(objdump -p "$f" 2>/dev/null | awk '$1 == "SONAME" { print $2 }')
+      [ -n "$name" ] && [ ! -e "$shim/$name" ] || continue
+      if [ "${ORTMEM_DEPS_SHIM:-}" = all ] || ! grep -qxF "$name" "$tooldir/system-libs"; then
+        ln -s "$f" "$shim/$name"
+        linked+=("$name")
+      fi
+    done
+  done
+  echo "loader: ${#linked[@]} carried libraries the system lacks are linked into $shim: ${linked[*]}"
+  export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  # Not CPATH: gcc takes CPATH as -I (so -Werror reaches warnings inside
+  # Criterion's macros) and pkgconf then drops the .pc's -isystem for it.
+  # C_INCLUDE_PATH and CPLUS_INCLUDE_PATH are system directories, as
+  # /usr/include is where Criterion is installed normally.
+  export C_INCLUDE_PATH=$deps/usr/include${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}
+  export CPLUS_INCLUDE_PATH=$deps/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
+  export LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:$shim${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$shim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if [ "${ORTMEM_DEPS_PKGCONF:-}" = 1 ] || ! pkg-config --version >/dev/null 2>&1; then
+    export PKG_CONFIG=$deps/usr/bin/pkgconf
+    echo "pkg-config: the carried pkgconf ($PKG_CONFIG)"
+  fi
+  echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  head -30 "$deps/MANIFEST" 2>/dev/null | tr '\n' ';' | sed 's/;/; /g'
+  echo
+else
+  echo "no .deps/root: Criterion must be installed on this machine"
+  echo "(prepare it where apt works with: bash scripts/gpu-deps.sh, then carry .deps/root)"
+fi
+
+# ---- build ----
+step "configure $build"
+args=(-Dcuda=enabled -Dgpu_tests=true -Dbench=false -Dbuildtype=debugoptimized)
+if [ -f "$build/build.ninja" ]; then
+  # --wipe: dependencies are looked up again (a reconfigure would keep the
+  # cached flags of an earlier environment); unchanged objects are reused.
+  bounded 120 meson setup --wipe "$build" "${args[@]}" >"$tooldir/configure.log" 2>&1
+else
+  bounded 120 meson setup "$build" "${args[@]}" >"$tooldir/configure.log" 2>&1
+fi
+rc=$?
+grep -E "cuda.h|Criterion|criterion|Cuda compiler|nvcc|graph_tests|jansson" "$tooldir/configure.log" | sort -u
+if [ $rc -ne 0 ]; then
+  tail -40 "$tooldir/configure.log"
+  cp "$build/meson-logs/meson-log.txt" "$OUT/meson-log.txt" 2>/dev/null
+  echo "gpu-suite: configure failed (rc $rc); see $OUT/meson-log.txt"
+  return 1
+fi
+grep -q "graph_tests" "$build/build.ninja" || note "graph_tests: NOT BUILT (nvcc not found by meson)"
+
+step "build"
+bounded 240 ninja -C "$build" -j "$(nproc)" >"$OUT/build.log" 2>&1
+rc=$?
+tail -3 "$OUT/build.log"
+if [ $rc -ne 0 ]; then
+  grep -E "error|FAILED" "$OUT/build.log" | head -40
+  echo "gpu-suite: build failed (rc $rc); see $OUT/build.log"
+  return 1
+fi
+
+# ---- run ----
+# meson test prints "Ok: N / Fail: N / Skipped: N / Timeout: N"; keep them.
+counts() {
+  awk '/^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):/ {
+         sub(/:/, "", $0); printf "%s ", $0 } END { print "" }' "$1" | tr -s ' '
+}
+
+step "GPU suite: test_gpu (Criterion) and graph_tests"
+bounded 200 meson test -C "$build" --suite gpu --no-rebuild --print-errorlogs \
+  --logbase gpu >"$tooldir/gpu.out" 2>&1
+rc=$?
+grep -E "^ *[0-9]+/[0-9]+ " "$tooldir/gpu.out"
+cp "$build/meson-logs/gpu.txt" "$OUT/testlog-gpu.txt" 2>/dev/null
+[ $rc -eq 0 ] || failed=1
+note "GPU suite (meson --suite gpu): $(counts "$tooldir/gpu.out")(rc $rc)"
+if [ -f "$OUT/testlog-gpu.txt" ]; then
+  # Criterion's per-test lines and synthesis, graph_tests' own tally.
+  grep -E "^\[(PASS|FAIL|SKIP|ERR)|Synthesis|CRASH|^\[RUN |^gpu: |^graph_tests:|passed, [0-9]+ failed|^  (FAIL|kv:)" \
+    "$OUT/testlog-gpu.txt" | grep -v '^\[RUN ' | sed 's/^/  /'
+  synth=$(grep -m1 "Synthesis" "$OUT/testlog-gpu.txt" | sed 's/.*Synthesis: //')
+  tally=$(grep -m1 -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/testlog-gpu.txt")
+  note "  test_gpu: ${synth:-no synthesis line}"
+  note "  graph_tests: ${tally:-no tally line}"
+fi
+
+step "CPU suite (meson --suite unit)"
+bounded 240 meson test -C "$build" --suite unit --no-rebuild --print-errorlogs \
+  --num-processes "$(nproc)" --logbase unit >"$tooldir/unit.out" 2>&1
+rc=$?
+grep -E "^ *[0-9]+/[0-9]+ " "$tooldir/unit.out"
+cp "$build/meson-logs/unit.txt" "$OUT/testlog-unit.txt" 2>/dev/null
+[ $rc -eq 0 ] || failed=1
+note "CPU suite (meson --suite unit): $(counts "$tooldir/unit.out")(rc $rc)"
+
+# ---- summary ----
+step "summary"
+{
+  echo "ortmem GPU suite, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(date +%s) - start)) s"
+  sed 's/^/  /' "$OUT/env.txt"
+  printf '%s\n' "${summary[@]}"
+  if [ $failed -eq 0 ]; then echo "RESULT: PASS (skips are listed above with their reasons)"; else echo "RESULT: FAIL"; fi
+  echo "logs: $OUT (suite.log, env.txt, build.log, testlog-gpu.txt, testlog-unit.txt)"
+} | tee "$OUT/summary.txt"
+return $failed
+}
+
+main 2>&1 | tee "$OUT/suite.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,589 @@
+/* The CUDA backend without a GPU.
+ *
+ * suite cuda_backend: the real driver. On a machine without one, creation is
+ * ORTMEM_E_UNAVAILABLE with the reason; with one, it works (and the smoke test
+ * runs instead of being skipped with the reason).
+ *
+ * suite cuda_fake: the backend's own code against a test double of the driver
+ * (tests/gpu/fake_cuda.h, handed over as get_proc_address): every primitive,
+ * the context binding, error texts, regions, sharing, export/import, streams
+ * and events, quarantine through the fault-injection wrapper and a KV cache.
+ * Skipped, with the reason, when ortmem was built without CUDA headers. */
+#include <pthread.h>
+
+#include "gpu/fake_cuda.h"
+#include "support.h"
+
+#define FG ((size_t)128 * 1024) /* the fake's recommended granularity */
+
+/* ---- the real driver ---- */
+
+Test(cuda_backend, real_driver_is_available_or_says_why)
+{
+    ortmem_backend *b = NULL;
+    ortmem_status st = ortmem_cuda_backend_create(NULL, &b);
+    if (st == ORTMEM_OK) {
+        cr_assert_str_eq(ortmem_backend_name(b), "cuda");
+        size_t g = 0;
+        OK(ortmem_backend_granule(b, &g));
+        cr_assert(g && !(g & (g - 1)), "granule %zu is a power of two", g);
+        OK(ortmem_backend_destroy(b));
+        return;
+    }
+    cr_assert_eq(st, ORTMEM_E_UNAVAILABLE, "%s: %s", ortmem_status_str(st), ortmem_last_error());
+    cr_assert_null(b);
+    const char *why = ortmem_last_error();
+    cr_assert_neq(why[0], '\0', "the reason is given");
+    cr_assert(strstr(why, "built without CUDA headers") || strstr(why, "dlopen") ||
+                  strstr(why, "cuInit") || strstr(why, "cuGetProcAddress") ||
+                  strstr(why, "no devices") || strstr(why, "virtual memory"),
+              "the reason names the cause: %s", why);
+    cr_log_info("CUDA backend unavailable here: %s", why);
+}
+
+Test(cuda_backend, real_driver_smoke)
+{
+    ortmem_backend *b = NULL;
+    ortmem_status st = ortmem_cuda_backend_create(NULL, &b);
+    if (st == ORTMEM_E_UNAVAILABLE)
+        cr_skip_test("no GPU here: %s", ortmem_last_error());
+    OK(st);
+    size_t g = 0;
+    OK(ortmem_backend_granule(b, &g));
+    ortmem_region *r = region_on(b, 2 * g, 0);
+    OK(ortmem_region_commit(r, 0, 2 * g));
+    uint8_t out[256], in[256];
+    for (size_t i = 0; i < sizeof out; i++)
+        out[i] = pattern_byte(3, i);
+    uint8_t *seam = (uint8_t *)ortmem_region_base(r) + g - 128;
+    OK(ortmem_backend_copy(b, seam, out, sizeof out));
+    OK(ortmem_backend_copy(b, in, seam, sizeof in));
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_backend_destroy(b));
+}
+
+Test(cuda_backend, options_are_validated_first)
+{
+    ortmem_backend *b = NULL;
+    ortmem_cuda_options o = ORTMEM_CUDA_OPTIONS_INIT;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, NULL), ORTMEM_E_INVALID);
+    o.struct_size = 0;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, &b), ORTMEM_E_INVALID);
+    o.struct_size = sizeof o + 8;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, &b), ORTMEM_E_INVALID);
+    o = (ortmem_cuda_options)ORTMEM_CUDA_OPTIONS_INIT;
+    o.ordinal = -1;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, &b), ORTMEM_E_INVALID);
+    o = (ortmem_cuda_options)ORTMEM_CUDA_OPTIONS_INIT;
+    o.exportable = (ortmem_cuda_export)7;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, &b), ORTMEM_E_INVALID);
+    o = (ortmem_cuda_options)ORTMEM_CUDA_OPTIONS_INIT;
+    o.granularity = (ortmem_cuda_granularity)9;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, &b), ORTMEM_E_INVALID);
+    o = (ortmem_cuda_options)ORTMEM_CUDA_OPTIONS_INIT;
+    o.granule = 3 * 1024 * 1024;
+    EXPECT_STATUS(ortmem_cuda_backend_create(&o, &b), ORTMEM_E_INVALID);
+    cr_assert_not_null(strstr(ortmem_last_error(), "power of two"), "%s", ortmem_last_error());
+    cr_assert_null(b);
+}
+
+/* ---- the test double ---- */
+
+TestSuite(cuda_fake, .init = fake_reset);
+
+static ortmem_status fake_create(ortmem_cuda_options o, ortmem_backend **b)
+{
+    o.get_proc_address = fake_get_proc_address;
+    *b = NULL;
+    return ortmem_cuda_backend_create(&o, b);
+}
+
+static void skip_without_headers(ortmem_status st)
+{
+    if (st == ORTMEM_E_UNAVAILABLE && strstr(ortmem_last_error(), "without CUDA headers"))
+        cr_skip_test("%s", ortmem_last_error());
+}
+
+static ortmem_backend *fake_backend_with(ortmem_cuda_options o)
+{
+    ortmem_backend *b = NULL;
+    ortmem_status st = fake_create(o, &b);
+    skip_without_headers(st);
+    OK(st);
+    return b;
+}
+
+static ortmem_backend *fake_backend(void)
+{
+    return fake_backend_with((ortmem_cuda_options)ORTMEM_CUDA_OPTIONS_INIT);
+}
+
+static void fake_backend_destroy(ortmem_backend *b)
+{
+    OK(ortmem_backend_destroy(b));
+    cr_assert_eq(fake.primary_retains, 0, "the primary context was released");
+}
+
+/* Writes and reads device memory only through the backend, as on a GPU. */
+static void put(ortmem_backend *b, void *dst, size_t len, uint64_t seed)
+{
+    uint8_t *tmp = malloc(len);
+    cr_assert_not_null(tmp);
+    for (size_t i = 0; i < len; i++)
+        tmp[i] = pattern_byte(seed, i);
+    OK(ortmem_backend_copy(b, dst, tmp, len));
+    free(tmp);
+}
+
+static void expect(ortmem_backend *b, const void *src, size_t len, uint64_t seed)
+{
+    uint8_t *tmp = malloc(len);
+    cr_assert_not_null(tmp);
+    OK(ortmem_backend_copy(b, tmp, src, len));
+    for (size_t i = 0; i < len; i++)
+        cr_assert_eq(tmp[i], pattern_byte(seed, i), "byte %zu", i);
+    free(tmp);
+}
+
+Test(cuda_fake, granularity_and_granule_choice)
+{
+    ortmem_backend *b = fake_backend();
+    cr_assert_str_eq(ortmem_backend_name(b), "cuda");
+    size_t g = 0;
+    OK(ortmem_backend_granule(b, &g));
+    cr_assert_eq(g, FG, "recommended granularity by default");
+    cr_assert_eq(fake.primary_retains, 1);
+    fake_backend_destroy(b);
+
+    ortmem_cuda_options o = ORTMEM_CUDA_OPTIONS_INIT;
+    o.granularity = ORTMEM_CUDA_GRANULE_MINIMUM;
+    b = fake_backend_with(o);
+    OK(ortmem_backend_granule(b, &g));
+    cr_assert_eq(g, fake.granularity_min);
+    fake_backend_destroy(b);
+
+    o = (ortmem_cuda_options)ORTMEM_CUDA_OPTIONS_INIT;
+    o.granule = 1024 * 1024;
+    b = fake_backend_with(o);
+    OK(ortmem_backend_granule(b, &g));
+    cr_assert_eq(g, 1024 * 1024);
+    fake_backend_destroy(b);
+
+    o.granule = 4096;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_INVALID);
+    cr_assert_not_null(strstr(ortmem_last_error(), "minimum"), "%s", ortmem_last_error());
+    cr_assert_eq(fake.primary_retains, 0, "a failed create releases the context");
+}
+
+Test(cuda_fake, unavailable_reasons_are_named)
+{
+    ortmem_backend *b = NULL;
+    ortmem_cuda_options o = ORTMEM_CUDA_OPTIONS_INIT;
+    skip_without_headers(fake_create(o, &b));
+    OK(ortmem_backend_destroy(b));
+
+    fake.init_result = FK_NO_DEVICE;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_UNAVAILABLE);
+    const char *why = ortmem_last_error();
+    cr_assert_not_null(strstr(why, "cuInit(0) failed: CUDA_ERROR_NO_DEVICE"), "%s", why);
+    cr_assert_not_null(strstr(why, "no CUDA-capable device is detected"), "%s", why);
+    cr_assert_not_null(strstr(why, "CUresult 100"), "%s", why);
+    fake.init_result = 0;
+
+    fake.device_count = 0;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_UNAVAILABLE);
+    cr_assert_not_null(strstr(ortmem_last_error(), "no devices"), "%s", ortmem_last_error());
+    fake.device_count = 1;
+
+    o.ordinal = 2;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_RANGE);
+    cr_assert_not_null(strstr(ortmem_last_error(), "ordinal 2"), "%s", ortmem_last_error());
+    o.ordinal = 0;
+
+    fake.missing_symbol = "cuMemMap";
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_UNAVAILABLE);
+    cr_assert_not_null(strstr(ortmem_last_error(), "cuMemMap"), "%s", ortmem_last_error());
+    fake.missing_symbol = NULL;
+
+    fake.vmm_supported = 0;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_UNAVAILABLE);
+    cr_assert_not_null(strstr(ortmem_last_error(), "virtual memory management"), "%s",
+                       ortmem_last_error());
+    fake.vmm_supported = 1;
+
+    fake.fd_supported = 0;
+    o.exportable = ORTMEM_CUDA_EXPORT_ALWAYS;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_UNSUPPORTED);
+    o.exportable = ORTMEM_CUDA_EXPORT_ON_REQUEST;
+
+    fake.fail_call = "cuDevicePrimaryCtxRetain";
+    fake.fail_code = FK_UNKNOWN;
+    EXPECT_STATUS(fake_create(o, &b), ORTMEM_E_BACKEND);
+    cr_assert_not_null(strstr(ortmem_last_error(), "cuDevicePrimaryCtxRetain"), "%s",
+                       ortmem_last_error());
+    cr_assert_eq(fake.primary_retains, 0, "no context is left retained by a failed create");
+}
+
+Test(cuda_fake, region_lifecycle_makes_the_expected_driver_calls)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *r = region_on(b, 8 * FG, 0);
+    cr_assert_eq(fake.reserves, 1);
+    uint8_t *base = ortmem_region_base(r);
+    cr_assert_eq((uintptr_t)base % FG, 0);
+
+    OK(ortmem_region_commit(r, 0, 3 * FG));
+    cr_assert_eq(fake.creates, 3);
+    cr_assert_eq(fake.maps, 3);
+    cr_assert_eq(fake.set_access_calls, 1, "one set-access over the new run");
+    cr_assert_eq(fake.last_access_flags, 3, "read-write");
+
+    /* A pattern across the seam between granules 0 and 1 and into 2. */
+    put(b, base + FG - 1000, FG + 2000, 5);
+    expect(b, base + FG - 1000, FG + 2000, 5);
+    cr_assert_eq(fake.copies, 2);
+    cr_assert_eq(fake.syncs, 2, "each copy waits until it has landed");
+
+    OK(ortmem_region_decommit(r, FG, FG));
+    cr_assert_eq(fake.unmaps, 1);
+    cr_assert_eq(fake.releases, 1);
+    cr_assert_eq(fake.live_allocs, 2);
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.owned_bytes, 2 * FG);
+    cr_assert_eq(s.mapped_bytes, 2 * FG);
+    cr_assert_eq(s.calls[ORTMEM_OP_CREATE], 3);
+
+    OK(ortmem_region_destroy(r));
+    cr_assert_eq(fake.live_allocs, 0);
+    cr_assert_eq(fake.creates, fake.releases);
+    cr_assert_eq(fake.maps, 3);
+    cr_assert_eq(fake.frees, 1);
+    s = stats_of(b);
+    cr_assert_eq(s.owned_bytes, 0);
+    cr_assert_eq(s.mapped_bytes, 0);
+    cr_assert_eq(s.reserved_bytes, 0);
+    fake_backend_destroy(b);
+}
+
+typedef struct thread_job {
+    ortmem_backend *b;
+    ortmem_region *r;
+    void *ctx_after;
+    ortmem_status st;
+} thread_job;
+
+static void *commit_on_thread(void *arg)
+{
+    thread_job *j = arg;
+    j->st = ortmem_region_commit(j->r, FG, FG);
+    if (j->st == ORTMEM_OK)
+        j->st = ortmem_region_decommit(j->r, FG, FG);
+    j->ctx_after = fake_current_context();
+    return NULL;
+}
+
+Test(cuda_fake, binds_the_context_per_call_and_restores_the_threads_own)
+{
+    ortmem_backend *b = fake_backend();
+    cr_assert_null(fake_current_context(), "creation leaves the thread as it was");
+    ortmem_region *r = region_on(b, 4 * FG, 0);
+    OK(ortmem_region_commit(r, 0, FG));
+    cr_assert_null(fake_current_context());
+
+    /* The engine has another context current: calls work, and it stays. */
+    fake_set_current_context(fake_foreign_context());
+    put(b, ortmem_region_base(r), 64, 1);
+    expect(b, ortmem_region_base(r), 64, 1);
+    cr_assert_eq(fake_current_context(), fake_foreign_context());
+
+    /* With the primary context current already, nothing is switched. */
+    fake_set_current_context(fake_primary_context());
+    unsigned long sets = fake.ctx_sets;
+    expect(b, ortmem_region_base(r), 64, 1);
+    cr_assert_eq(fake.ctx_sets, sets);
+    fake_set_current_context(NULL);
+
+    /* A thread that never saw CUDA. */
+    thread_job j = {b, r, (void *)1, ORTMEM_E_INVALID};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, commit_on_thread, &j), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(j.st, ORTMEM_OK, "%s", ortmem_status_str(j.st));
+    cr_assert_null(j.ctx_after);
+
+    OK(ortmem_region_destroy(r));
+    fake_backend_destroy(b);
+}
+
+Test(cuda_fake, read_only_alias_refuses_copy_engine_writes_and_access_none_is_unsupported)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *src = region_on(b, 2 * FG, 0);
+    ortmem_region *alias = region_on(b, 2 * FG, 0);
+    OK(ortmem_region_commit(src, 0, 2 * FG));
+    put(b, ortmem_region_base(src), 2 * FG, 9);
+    OK(ortmem_region_share(alias, 0, src, 0, 2 * FG, ORTMEM_ACCESS_READ));
+    cr_assert_eq(fake.last_access_flags, 1, "PROT_READ");
+    expect(b, ortmem_region_base(alias), 2 * FG, 9);
+
+    uint8_t junk[64] = {0};
+    EXPECT_STATUS(ortmem_backend_copy(b, ortmem_region_base(alias), junk, sizeof junk),
+                  ORTMEM_E_BACKEND);
+    cr_assert_not_null(strstr(ortmem_last_error(), "cuMemcpy"), "%s", ortmem_last_error());
+    cr_assert_not_null(strstr(ortmem_last_error(), "CUresult 700"), "%s", ortmem_last_error());
+    expect(b, ortmem_region_base(src), 2 * FG, 9);
+
+    /* NONE cannot be granted by cuMemSetAccess: refused, nothing changes. */
+    unsigned long calls = fake.set_access_calls;
+    EXPECT_STATUS(ortmem_region_protect(src, 0, FG, ORTMEM_ACCESS_NONE), ORTMEM_E_UNSUPPORTED);
+    cr_assert_not_null(strstr(ortmem_last_error(), "decommit"), "%s", ortmem_last_error());
+    cr_assert_eq(fake.set_access_calls, calls);
+    cr_assert_eq(granule_info(src, 0).access, ORTMEM_ACCESS_READ_WRITE);
+    /* READ and back to READ_WRITE both work. */
+    OK(ortmem_region_protect(src, 0, FG, ORTMEM_ACCESS_READ));
+    EXPECT_STATUS(ortmem_backend_copy(b, ortmem_region_base(src), junk, 8), ORTMEM_E_BACKEND);
+    OK(ortmem_region_protect(src, 0, FG, ORTMEM_ACCESS_READ_WRITE));
+    put(b, ortmem_region_base(src), 64, 10);
+
+    OK(ortmem_region_destroy(alias));
+    OK(ortmem_region_destroy(src));
+    cr_assert_eq(fake.live_allocs, 0);
+    fake_backend_destroy(b);
+}
+
+Test(cuda_fake, cow_copies_a_shared_granule_on_the_device)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *a = region_on(b, FG, 0), *c = region_on(b, FG, 0);
+    OK(ortmem_region_commit(a, 0, FG));
+    put(b, ortmem_region_base(a), FG, 4);
+    OK(ortmem_region_share(c, 0, a, 0, FG, ORTMEM_ACCESS_READ));
+    unsigned long copies = fake.copies;
+    OK(ortmem_region_cow(c, 0, FG));
+    cr_assert_eq(fake.copies, copies + 1, "one device copy");
+    cr_assert_eq(granule_info(c, 0).mappers, 1);
+    cr_assert_eq(granule_info(c, 0).access, ORTMEM_ACCESS_READ_WRITE);
+    expect(b, ortmem_region_base(c), FG, 4);
+    put(b, ortmem_region_base(c), 128, 5);
+    expect(b, ortmem_region_base(a), FG, 4);
+    OK(ortmem_region_destroy(c));
+    OK(ortmem_region_destroy(a));
+    cr_assert_eq(fake.live_allocs, 0);
+    fake_backend_destroy(b);
+}
+
+Test(cuda_fake, exportable_granules_use_posix_fds)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *plain = region_on(b, FG, 0);
+    OK(ortmem_region_commit(plain, 0, FG));
+    cr_assert_eq(fake.last_create_handle_types, 0, "no handle type unless asked");
+    int fd = -1;
+    EXPECT_STATUS(ortmem_region_export(plain, 0, &fd), ORTMEM_E_UNSUPPORTED);
+
+    ortmem_region *exp = region_on(b, FG, ORTMEM_REGION_EXPORTABLE);
+    OK(ortmem_region_commit(exp, 0, FG));
+    cr_assert_eq(fake.last_create_handle_types, 1, "POSIX file descriptor");
+    put(b, ortmem_region_base(exp), FG, 21);
+    OK(ortmem_region_export(exp, 0, &fd));
+    cr_assert_geq(fd, 0);
+    cr_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    ortmem_region *imp = region_on(b, FG, 0);
+    OK(ortmem_region_import(imp, 0, fd, ORTMEM_ACCESS_READ_WRITE));
+    close(fd);
+    expect(b, ortmem_region_base(imp), FG, 21);
+    put(b, ortmem_region_base(imp), 256, 22);
+    expect(b, ortmem_region_base(exp), 256, 22);
+    OK(ortmem_region_destroy(imp));
+    OK(ortmem_region_destroy(exp));
+    OK(ortmem_region_destroy(plain));
+    cr_assert_eq(fake.live_allocs, 0);
+    fake_backend_destroy(b);
+
+    ortmem_cuda_options o = ORTMEM_CUDA_OPTIONS_INIT;
+    o.exportable = ORTMEM_CUDA_EXPORT_NEVER;
+    b = fake_backend_with(o);
+    exp = region_on(b, FG, ORTMEM_REGION_EXPORTABLE);
+    EXPECT_STATUS(ortmem_region_commit(exp, 0, FG), ORTMEM_E_UNSUPPORTED);
+    OK(ortmem_region_destroy(exp));
+    fake_backend_destroy(b);
+
+    o.exportable = ORTMEM_CUDA_EXPORT_ALWAYS;
+    b = fake_backend_with(o);
+    plain = region_on(b, FG, 0);
+    OK(ortmem_region_commit(plain, 0, FG));
+    cr_assert_eq(fake.last_create_handle_types, 1);
+    OK(ortmem_region_destroy(plain));
+    fake_backend_destroy(b);
+}
+
+Test(cuda_fake, driver_errors_carry_names_and_numbers_and_change_nothing)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *r = region_on(b, 4 * FG, 0);
+    fake.fail_call = "cuMemCreate";
+    fake.fail_code = FK_OUT_OF_MEMORY;
+    EXPECT_STATUS(ortmem_region_commit(r, 0, 2 * FG), ORTMEM_E_NOMEM);
+    const char *why = ortmem_last_error();
+    cr_assert_not_null(strstr(why, "cuMemCreate of 131072 bytes on device 0"), "%s", why);
+    cr_assert_not_null(strstr(why, "CUDA_ERROR_OUT_OF_MEMORY (out of memory; CUresult 2)"), "%s",
+                       why);
+    cr_assert_eq(fake.live_allocs, 0);
+    cr_assert_eq(stats_of(b).owned_bytes, 0);
+
+    /* The second map fails: the first is unmapped and both granules go. */
+    fake.fail_call = "cuMemMap";
+    fake.fail_code = FK_INVALID_VALUE;
+    fake.fail_after = 1;
+    fake.fail_counter = 0;
+    EXPECT_STATUS(ortmem_region_commit(r, 0, 2 * FG), ORTMEM_E_BACKEND);
+    cr_assert_not_null(strstr(ortmem_last_error(), "CUDA_ERROR_INVALID_VALUE"), "%s",
+                       ortmem_last_error());
+    cr_assert_eq(fake.maps, fake.unmaps);
+    cr_assert_eq(fake.live_allocs, 0);
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.owned_bytes, 0);
+    cr_assert_eq(s.mapped_bytes, 0);
+    cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_UNMAPPED);
+    fake.fail_call = NULL;
+    OK(ortmem_region_commit(r, 0, 2 * FG));
+    OK(ortmem_region_destroy(r));
+    fake_backend_destroy(b);
+}
+
+Test(cuda_fake, streams_and_events)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *r = region_on(b, 2 * FG, 0);
+    OK(ortmem_region_commit(r, 0, 2 * FG));
+    uint8_t *base = ortmem_region_base(r);
+    const uint64_t stream = 0x5000;
+    OK(ortmem_backend_memset_async(b, base + FG - 10, 0x5A, 20, stream));
+    cr_assert_eq(fake.memsets, 1);
+    uint8_t host[20];
+    OK(ortmem_backend_copy_async(b, host, base + FG - 10, sizeof host, 0));
+    for (size_t i = 0; i < sizeof host; i++)
+        cr_assert_eq(host[i], 0x5A);
+    cr_assert_eq(fake.async_copies, 1);
+
+    fake.hold_events = 1;
+    uint64_t ev = 0, done = 0;
+    OK(ortmem_backend_event_record(b, stream, &ev));
+    EXPECT_STATUS(ortmem_backend_event_query(b, ev), ORTMEM_E_BUSY);
+    fake_complete_events();
+    OK(ortmem_backend_event_query(b, ev));
+    OK(ortmem_backend_event_release(b, ev));
+    EXPECT_STATUS(ortmem_backend_event_release(b, ev), ORTMEM_E_NOT_FOUND);
+    cr_assert_eq(fake.live_events, 0);
+
+    /* An error from the driver is a failure with its name. */
+    fake.fail_call = "cuEventQuery";
+    fake.fail_code = FK_ILLEGAL_ADDRESS;
+    OK(ortmem_backend_event_record(b, stream, &done));
+    EXPECT_STATUS(ortmem_backend_event_query(b, done), ORTMEM_E_BACKEND);
+    cr_assert_not_null(strstr(ortmem_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS"), "%s",
+                       ortmem_last_error());
+    fake.fail_call = NULL;
+
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_QUERY], 3);
+    cr_assert_eq(s.failures[ORTMEM_OP_EVENT_QUERY], 1, "pending is not a failure, the error is");
+    cr_assert_eq(fake.live_events, 1);
+    OK(ortmem_region_destroy(r));
+    fake_backend_destroy(b);
+    cr_assert_eq(fake.live_events, 0, "destroy released the live event");
+}
+
+Test(cuda_fake, release_and_unmap_faults_quarantine_through_the_fault_backend)
+{
+    ortmem_backend *cuda = fake_backend();
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = ORTMEM_OP_UNMAP;
+    fo.fail_at = 1;
+    ortmem_backend *f = NULL;
+    OK(ortmem_fault_backend_create(cuda, &fo, &f));
+    cr_assert_str_eq(ortmem_backend_name(f), "fault(cuda)");
+
+    /* A failed unmap: decommit is all or nothing and the data survives. */
+    ortmem_region *r = region_on(f, 4 * FG, 0);
+    OK(ortmem_region_commit(r, 0, 2 * FG));
+    put(f, ortmem_region_base(r), 2 * FG, 31);
+    EXPECT_STATUS(ortmem_region_decommit(r, 0, 2 * FG), ORTMEM_E_BACKEND);
+    cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_MAPPED);
+    expect(f, ortmem_region_base(r), 2 * FG, 31);
+    OK(ortmem_region_decommit(r, 0, 2 * FG));
+    cr_assert_eq(fake.live_allocs, 0);
+
+    /* A failed release: the granule is quarantined, charged and leaked. */
+    fo.op = ORTMEM_OP_RELEASE;
+    OK(ortmem_fault_backend_arm(f, &fo));
+    OK(ortmem_region_commit(r, 0, 2 * FG));
+    EXPECT_STATUS(ortmem_region_destroy(r), ORTMEM_E_QUARANTINED);
+    ortmem_vmm_stats s = stats_of(f);
+    cr_assert_eq(s.quarantined_granules, 1);
+    cr_assert_eq(s.quarantined_bytes, FG);
+    cr_assert_eq(s.owned_bytes, FG, "the quarantined granule stays owned");
+    cr_assert_eq(s.mapped_bytes, 0);
+    cr_assert_eq(fake.live_allocs, 1, "deliberately leaked");
+    cr_assert_eq(fake.unmaps, 2, "one unmap per run: the decommit and the destroy");
+    EXPECT_STATUS(ortmem_backend_destroy(f), ORTMEM_E_QUARANTINED);
+    fake_backend_destroy(cuda);
+}
+
+Test(cuda_fake, kv_cache_stable_growth_keeps_pointers_and_matches_the_geometry)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
+    ao.limit_bytes = 256 * MiB;
+    ortmem_authority *a = NULL;
+    OK(ortmem_authority_create(b, &ao, &a));
+    ortmem_kv_cache_options o = ORTMEM_KV_CACHE_OPTIONS_INIT;
+    o.geometry.layers = 2;
+    o.geometry.kv_heads = 2;
+    o.geometry.head_dim = 64;
+    o.geometry.dtype = ORTMEM_KV_F16;
+    o.geometry.layout = ORTMEM_KV_HEAD_MAJOR;
+    o.strategy = ORTMEM_KV_STABLE;
+    o.max_context = 4096;
+    ortmem_kv_cache *cache = NULL;
+    OK(ortmem_kv_cache_create(a, &o, &cache));
+    o.geometry.granule = FG;
+    ortmem_kv_seq *s = NULL;
+    OK(ortmem_kv_seq_create(cache, &s));
+    static const uint64_t steps[] = {1, 100, 1000, 1024, 1025, 3000, 4096};
+    ortmem_kv_binding first;
+    memset(&first, 0, sizeof first);
+    uint64_t len = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        OK(ortmem_kv_seq_append(s, steps[i] - len));
+        len = steps[i];
+        ortmem_kv_binding bind;
+        memset(&bind, 0, sizeof bind);
+        bind.struct_size = sizeof bind;
+        OK(ortmem_kv_seq_binding(s, 1, 1, &bind));
+        if (i == 0)
+            first = bind;
+        cr_assert_eq(bind.base, first.base, "n %llu: the pointer never moves",
+                     (unsigned long long)len);
+        cr_assert_eq(bind.generation, first.generation);
+        ortmem_kv_eval e;
+        memset(&e, 0, sizeof e);
+        e.struct_size = sizeof e;
+        OK(ortmem_kv_evaluate(&o.geometry, len, o.max_context, 1, 0, 0, &e));
+        ortmem_kv_stats st;
+        memset(&st, 0, sizeof st);
+        st.struct_size = sizeof st;
+        OK(ortmem_kv_cache_stats(cache, &st));
+        cr_assert_eq(st.committed_bytes, e.committed_bytes, "n %llu: %llu committed, geometry %llu",
+                     (unsigned long long)len, (unsigned long long)st.committed_bytes,
+                     (unsigned long long)e.committed_bytes);
+        cr_assert_eq(stats_of(b).owned_bytes, e.committed_bytes);
+    }
+    OK(ortmem_kv_seq_destroy(s));
+    OK(ortmem_kv_cache_destroy(cache));
+    OK(ortmem_authority_destroy(a));
+    cr_assert_eq(stats_of(b).owned_bytes, 0);
+    cr_assert_eq(fake.live_allocs, 0);
+    fake_backend_destroy(b);
+}
