@@ -8,7 +8,8 @@
 # 1. points pkg-config (PKG_CONFIG_PATH), the compiler (C_INCLUDE_PATH), the
 #    linker (LIBRARY_PATH) and the loader (LD_LIBRARY_PATH) at .deps/root
 #    (Criterion, jansson, pkgconf; prepared here by scripts/gpu-deps.sh and
-#    carried), linking in only the libraries the machine lacks;
+#    carried), linking in only the libraries the machine lacks
+#    (scripts/gpu-env.sh, shared with scripts/gpu-bench.sh);
 # 2. builds ortmem with the CUDA backend and the GPU tests into build-gpu/
 #    (-Dcuda=enabled -Dgpu_tests=true, debugoptimized, no benchmarks);
 # 3. runs the GPU Criterion suite (tests/gpu/test_gpu.c), graph_tests (nvcc:
@@ -23,6 +24,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+# shellcheck source=scripts/gpu-env.sh
+. scripts/gpu-env.sh
 OUT=${OUT:-$repo/gpu-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -48,82 +51,14 @@ note() { summary+=("$*"); }
 main() {
 # ---- tools ----
 step "environment"
-for d in /usr/local/cuda/bin /opt/cuda/bin; do
-  [ -x "$d/nvcc" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH=$PATH:$d ;; esac
-done
 tooldir=$repo/$build-tools
-mkdir -p "$tooldir/bin"
-if ! command -v meson >/dev/null && python3 -c 'import mesonbuild' 2>/dev/null; then
-  printf '#!/bin/sh\nexec python3 -m mesonbuild.mesonmain "$@"\n' >"$tooldir/bin/meson"
-fi
-if ! command -v ninja >/dev/null && python3 -c 'import ninja' 2>/dev/null; then
-  printf '#!/bin/sh\nexec python3 -m ninja "$@"\n' >"$tooldir/bin/ninja"
-fi
-chmod +x "$tooldir"/bin/* 2>/dev/null
-export PATH=$PATH:$tooldir/bin
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) (working tree as sent)"
-  echo "kernel: $(uname -srm)"
-  echo "glibc: $(ldd --version 2>/dev/null | head -1)"
-  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
-  echo "nvcc: $(nvcc --version 2>/dev/null | tail -2 | head -1 || echo missing)"
-  echo "cc: $( (cc --version || gcc --version) 2>/dev/null | head -1)"
-  echo "meson: $(meson --version 2>/dev/null || echo missing); ninja: $(ninja --version 2>/dev/null || echo missing)"
-  echo "cpus: $(nproc)"
-} | tee "$OUT/env.txt"
-for tool in meson ninja; do
-  command -v $tool >/dev/null || { echo "gpu-suite: $tool not found"; return 1; }
-done
-command -v cc >/dev/null || command -v gcc >/dev/null || { echo "gpu-suite: no C compiler"; return 1; }
+gpu_env_tools "$tooldir"
+gpu_env_report | tee "$OUT/env.txt"
+gpu_env_check_tools gpu-suite || return 1
 
 # ---- carried dependencies ----
 step "dependencies (.deps/root)"
-deps=$repo/.deps/root
-if [ -d "$deps" ]; then
-  shim=$tooldir/lib
-  rm -rf "$shim"
-  mkdir -p "$shim"
-  if command -v ldconfig >/dev/null; then
-    ldconfig -p 2>/dev/null | awk 'NR > 1 { print $1 }' | sort -u >"$tooldir/system-libs"
-  else
-    : >"$tooldir/system-libs"
-  fi
-  linked=()
-  for dir in "$deps/usr/lib/x86_64-linux-gnu" "$deps/lib/x86_64-linux-gnu"; do
-    for f in "$dir"/lib*.so.*; do
-      [ -f "$f" ] && [ ! -L "$f" ] || continue
-      # The loader looks a library up by its SONAME.
-      name=$(objdump -p "$f" 2>/dev/null | awk '$1 == "SONAME" { print $2 }')
-      [ -n "$name" ] && [ ! -e "$shim/$name" ] || continue
-      if [ "${ORTMEM_DEPS_SHIM:-}" = all ] || ! grep -qxF "$name" "$tooldir/system-libs"; then
-        ln -s "$f" "$shim/$name"
-        linked+=("$name")
-      fi
-    done
-  done
-  echo "loader: ${#linked[@]} carried libraries the system lacks are linked into $shim: ${linked[*]}"
-  export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  # Not CPATH: gcc takes CPATH as -I (so -Werror reaches warnings inside
-  # Criterion's macros) and pkgconf then drops the .pc's -isystem for it.
-  # C_INCLUDE_PATH and CPLUS_INCLUDE_PATH are system directories, as
-  # /usr/include is where Criterion is installed normally.
-  export C_INCLUDE_PATH=$deps/usr/include${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}
-  export CPLUS_INCLUDE_PATH=$deps/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
-  export LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:$shim${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export LD_LIBRARY_PATH=$shim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  if [ "${ORTMEM_DEPS_PKGCONF:-}" = 1 ] || ! pkg-config --version >/dev/null 2>&1; then
-    export PKG_CONFIG=$deps/usr/bin/pkgconf
-    echo "pkg-config: the carried pkgconf ($PKG_CONFIG)"
-  fi
-  echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
-  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  head -30 "$deps/MANIFEST" 2>/dev/null | tr '\n' ';' | sed 's/;/; /g'
-  echo
-else
-  echo "no .deps/root: Criterion must be installed on this machine"
-  echo "(prepare it where apt works with: bash scripts/gpu-deps.sh, then carry .deps/root)"
-fi
+gpu_env_deps "$repo" "$tooldir" Criterion
 
 # ---- build ----
 step "configure $build"
