@@ -5,20 +5,14 @@
  * with sets, independently of the library's merge. The tool tests run the
  * built ortmem-geom as a child; its path comes from ORTMEM_GEOM, set by
  * tests/meson.build. */
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "child.h"
+#include "json_scan.h"
 #include "support.h"
-
-extern char **environ;
+#include "tmpdir.h"
 
 #define GRANULE_2M ((uint64_t)2 << 20)
 
@@ -549,121 +543,19 @@ Test(kv_geometry, capacity_with_and_without_a_shared_prefix)
 
 /* ---- ortmem-geom ---- */
 
-static char tmpdir[256];
-
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ortmem-geom-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
+    tmpdir_make("ortmem-geom");
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_tmpdir(void)
-{
-    if (tmpdir[0])
-        (void)nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-TestSuite(kv_geometry_tool, .init = make_tmpdir, .fini = remove_tmpdir);
-
-static const char *tmp_path(const char *name)
-{
-    static char paths[4][512];
-    static unsigned next;
-    char *p = paths[next++ % 4];
-    snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0, n;
-    char *text = malloc(cap);
-    cr_assert_not_null(text);
-    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            text = realloc(text, cap);
-            cr_assert_not_null(text);
-        }
-    }
-    text[len] = '\0';
-    fclose(f);
-    return text;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
-    cr_assert_eq(fputs(text, f) >= 0, 1);
-    cr_assert_eq(fclose(f), 0);
-}
-
-typedef struct run_result {
-    int status; /* exit status, or 128 + signal */
-    char *out;
-    char *err;
-} run_result;
+TestSuite(kv_geometry_tool, .init = make_tmpdir, .fini = tmpdir_remove);
 
 /* Runs ortmem-geom with args (NULL-terminated). */
-static run_result geom(const char *const *args)
+static child_result geom(const char *const *args)
 {
     const char *path = getenv("ORTMEM_GEOM");
     cr_assert(path && *path, "ORTMEM_GEOM is not set (tests/meson.build sets it)");
-    const char *argv[40];
-    size_t argc = 0;
-    argv[argc++] = path;
-    for (; *args && argc < 39; args++)
-        argv[argc++] = *args;
-    argv[argc] = NULL;
-    char out_path[512], err_path[512];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmpdir);
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &actions, NULL, (char *const *)argv, environ);
-    cr_assert_eq(rc, 0, "spawn %s: %s", argv[0], strerror(rc));
-    posix_spawn_file_actions_destroy(&actions);
-    int wstatus = 0;
-    cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
-    run_result r;
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_file(out_path);
-    r.err = read_file(err_path);
-    return r;
-}
-
-static void run_result_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-/* The number after "key": in a JSON object (the first occurrence). */
-static uint64_t json_number(const char *json, const char *key)
-{
-    char pattern[96];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(json, pattern);
-    cr_assert_not_null(at, "no \"%s\" in:\n%s", key, json);
-    at += strlen(pattern);
-    cr_assert(*at >= '0' && *at <= '9', "\"%s\" is not a number in:\n%s", key, json);
-    return strtoull(at, NULL, 10);
+    return child_run(path, args, NULL);
 }
 
 static bool json_has(const char *json, const char *text)
@@ -704,7 +596,7 @@ static void check_json_against_evaluate(const char *json, const ortmem_kv_eval *
 Test(kv_geometry_tool, json_for_qwen2_5_0_5b)
 {
     const char *args[] = {"--model", "qwen2.5-0.5b", "--json", NULL};
-    run_result r = geom(args);
+    child_result r = geom(args);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     cr_assert_str_empty(r.err);
     cr_assert_eq(r.out[0], '{');
@@ -737,7 +629,7 @@ Test(kv_geometry_tool, json_for_qwen2_5_0_5b)
     cr_assert_eq(json_number(r.out, "batch"), 1);
     cr_assert_eq(json_number(r.out, "prefix"), 0);
     cr_assert_eq(json_number(r.out, "min_bucket"), 256);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kv_geometry_tool, json_agrees_with_evaluate_for_every_layout)
@@ -747,16 +639,16 @@ Test(kv_geometry_tool, json_agrees_with_evaluate_for_every_layout)
                           "--layout", NULL,      "--json",    NULL};
     for (unsigned l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
         args[13] = ortmem_kv_layout_name((ortmem_kv_layout)l);
-        run_result r = geom(args);
+        child_result r = geom(args);
         cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
         ortmem_kv_geometry g = preset("qwen14b", (ortmem_kv_layout)l, 64 * KiB);
         ortmem_kv_eval e = eval_at(&g, 9000, 20000, 3, 4000);
         check_json_against_evaluate(r.out, &e);
-        run_result_free(&r);
+        child_result_free(&r);
     }
     /* --all-layouts: one object, the three layouts in order. */
     const char *all[] = {"--model", "qwen14b", "--tokens", "11", "--all-layouts", "--json", NULL};
-    run_result r = geom(all);
+    child_result r = geom(all);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     const char *at = r.out;
     for (unsigned l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
@@ -768,33 +660,33 @@ Test(kv_geometry_tool, json_agrees_with_evaluate_for_every_layout)
         ortmem_kv_eval e = eval_at(&g, 11, 32768, 1, 0);
         check_json_against_evaluate(at, &e);
     }
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kv_geometry_tool, table_shows_mib_and_bytes)
 {
     const char *args[] = {"--model", "qwen2.5-0.5b", "--all-layouts", NULL};
-    run_result r = geom(args);
+    child_result r = geom(args);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     cr_assert(json_has(r.out, "head-major"));
     cr_assert(json_has(r.out, "token-major"));
     cr_assert(json_has(r.out, "201326592"), "%s", r.out);
     cr_assert(json_has(r.out, "192.000"), "%s", r.out);
     cr_assert(json_has(r.out, "16384"), "%s", r.out);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kv_geometry_tool, explicit_flags_override_the_preset)
 {
     const char *args[] = {"--model", "qwen2.5-0.5b", "--layers", "12",
                           "--dtype", "fp8",          "--json",   NULL};
-    run_result r = geom(args);
+    child_result r = geom(args);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     cr_assert_eq(json_number(r.out, "layers"), 12);
     cr_assert_eq(json_number(r.out, "kv_heads"), 2);
     cr_assert_eq(json_number(r.out, "bytes_per_token"), 2 * 12 * 2 * 64);
     cr_assert(json_has(r.out, "\"dtype\": \"fp8\""));
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kv_geometry_tool, invalid_input_is_one_line_and_exit_2)
@@ -836,7 +728,7 @@ Test(kv_geometry_tool, invalid_input_is_one_line_and_exit_2)
             strncat(shown, " ", sizeof shown - strlen(shown) - 1);
             strncat(shown, cases[c][i], sizeof shown - strlen(shown) - 1);
         }
-        run_result r = geom(args);
+        child_result r = geom(args);
         cr_assert_eq(r.status, 2, "ortmem-geom%s: exit %d, want 2 (stderr: %s)", shown, r.status,
                      r.err);
         cr_assert_str_empty(r.out, "ortmem-geom%s printed:\n%s", shown, r.out);
@@ -845,24 +737,8 @@ Test(kv_geometry_tool, invalid_input_is_one_line_and_exit_2)
         cr_assert_null(memchr(r.err, '\n', len - 1), "ortmem-geom%s: more than one line:\n%s",
                        shown, r.err);
         cr_assert_eq(strncmp(r.err, "ortmem-geom: ", 13), 0, "ortmem-geom%s: '%s'", shown, r.err);
-        run_result_free(&r);
+        child_result_free(&r);
     }
-}
-
-/* Whether `gnuplot --version` runs, as ortmem-geom checks it. */
-static bool gnuplot_installed(void)
-{
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {(char *)"gnuplot", (char *)"--version", NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, "gnuplot", &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    int wstatus = 0;
-    return rc == 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
-           WEXITSTATUS(wstatus) == 0;
 }
 
 Test(kv_geometry_tool, sweep_draws_an_svg_with_the_crossovers)
@@ -876,7 +752,7 @@ Test(kv_geometry_tool, sweep_draws_an_svg_with_the_crossovers)
     }
     const char *svg = tmp_path("sweep.svg");
     const char *args[] = {"--model", "qwen2.5-0.5b", "--capacity", "32768", "--sweep", svg, NULL};
-    run_result r = geom(args);
+    child_result r = geom(args);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     char *text = read_file(svg);
     cr_assert(strstr(text, "<svg") != NULL, "no <svg in %s", svg);
@@ -889,7 +765,7 @@ Test(kv_geometry_tool, sweep_draws_an_svg_with_the_crossovers)
     snprintf(want, sizeof want, "plot: %s\n", svg);
     cr_assert(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
     free(text);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kv_geometry_tool, config_json_gives_the_geometry)
@@ -901,7 +777,7 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
                     " \"num_key_value_heads\": 2, \"torch_dtype\": \"bfloat16\",\n"
                     " \"model_type\": \"qwen2\"}\n");
     const char *args[] = {"--config", cfg, "--json", NULL};
-    run_result r = geom(args);
+    child_result r = geom(args);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     cr_assert_eq(json_number(r.out, "layers"), 24);
     cr_assert_eq(json_number(r.out, "kv_heads"), 2);
@@ -909,14 +785,14 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
     cr_assert(json_has(r.out, "\"dtype\": \"bf16\""), "%s", r.out);
     cr_assert_eq(json_number(r.out, "bytes_per_token"), 12288);
     cr_assert_eq(json_number(r.out, "crossover_tokens"), 16384);
-    run_result_free(&r);
+    child_result_free(&r);
 
     /* Flags override the config. */
     const char *over[] = {"--config", cfg, "--layers", "12", "--dtype", "f32", "--json", NULL};
     r = geom(over);
     cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
     cr_assert_eq(json_number(r.out, "bytes_per_token"), 2 * 12 * 2 * 64 * 4);
-    run_result_free(&r);
+    child_result_free(&r);
 
     /* No num_key_value_heads: every attention head has its own KV (MHA). An
      * explicit head_dim wins over hidden_size / heads. */
@@ -929,7 +805,7 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
     cr_assert_eq(json_number(r.out, "kv_heads"), 4);
     cr_assert_eq(json_number(r.out, "head_dim"), 96);
     cr_assert_eq(json_number(r.out, "bytes_per_token"), 2 * 2 * 4 * 96 * 4);
-    run_result_free(&r);
+    child_result_free(&r);
 
     /* Missing fields and broken JSON: one line, exit 2. */
     const char *bad = tmp_path("bad.json");
@@ -938,10 +814,10 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
     r = geom(bad_args);
     cr_assert_eq(r.status, 2);
     cr_assert(strstr(r.err, "not a multiple") != NULL, "%s", r.err);
-    run_result_free(&r);
+    child_result_free(&r);
     write_file(bad, "{\"num_hidden_layers\": 2,");
     r = geom(bad_args);
     cr_assert_eq(r.status, 2);
     cr_assert_null(memchr(r.err, '\n', strlen(r.err) - 1), "%s", r.err);
-    run_result_free(&r);
+    child_result_free(&r);
 }

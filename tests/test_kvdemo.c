@@ -2,136 +2,34 @@
  * small workloads (64 KiB granules). Its path comes from ORTMEM_KVDEMO, set
  * by tests/meson.build. */
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "support.h"
-
-extern char **environ;
-
-static char tmpdir[256];
+#include "tmpdir.h"
 
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ortmem-kvdemo-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_tmpdir(void)
-{
-    if (tmpdir[0])
-        (void)nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char paths[4][512];
-    static unsigned next;
-    char *p = paths[next++ % 4];
-    snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-/* The whole file, NUL-terminated; the caller frees it. */
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *text = malloc(cap);
-    cr_assert_not_null(text);
-    size_t n;
-    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            text = realloc(text, cap);
-            cr_assert_not_null(text);
-        }
-    }
-    text[len] = '\0';
-    fclose(f);
-    return text;
-}
-
-typedef struct run_result {
-    int status;
-    char *out, *err;
-} run_result;
-
-static void run_result_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
+    tmpdir_make("ortmem-kvdemo");
 }
 
 /* Runs ortmem-kvdemo with args (NULL-terminated); env_path, when not NULL,
  * replaces the child's PATH. */
-static run_result kvdemo_env(const char *const *args, const char *env_path)
+static child_result kvdemo_env(const char *const *args, const char *env_path)
 {
     const char *exe = getenv("ORTMEM_KVDEMO");
     cr_assert(exe && *exe, "ORTMEM_KVDEMO is not set (tests/meson.build sets it)");
-    const char *argv[40];
-    size_t argc = 0;
-    argv[argc++] = exe;
-    for (; *args; args++) {
-        cr_assert_lt(argc, 39);
-        argv[argc++] = *args;
-    }
-    argv[argc] = NULL;
-    size_t envc = 0;
-    while (environ[envc])
-        envc++;
-    char **envp = calloc(envc + 2, sizeof *envp);
-    cr_assert_not_null(envp);
-    size_t k = 0;
-    for (size_t i = 0; i < envc; i++) {
-        if (!env_path || strncmp(environ[i], "PATH=", 5) != 0)
-            envp[k++] = environ[i];
-    }
     char path_var[600];
-    if (env_path) {
+    if (env_path)
         snprintf(path_var, sizeof path_var, "PATH=%s", env_path);
-        envp[k++] = path_var;
-    }
-    envp[k] = NULL;
-    static char out_path[512], err_path[512];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmpdir);
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    int rc = posix_spawn(&pid, exe, &actions, NULL, (char *const *)argv, envp);
-    cr_assert_eq(rc, 0, "spawn %s: %s", exe, strerror(rc));
-    posix_spawn_file_actions_destroy(&actions);
-    free(envp);
-    int wstatus = 0;
-    cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
-    run_result r;
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_file(out_path);
-    r.err = read_file(err_path);
-    return r;
+    const char *changes[] = {env_path ? path_var : NULL, NULL};
+    return child_run(exe, args, changes);
 }
 
-static run_result kvdemo(const char *const *args)
+static child_result kvdemo(const char *const *args)
 {
     return kvdemo_env(args, NULL);
 }
@@ -175,12 +73,12 @@ static size_t configurations(const char *json, const char **starts, size_t max)
     "--granule", "64KiB", "--requests", "12", "--batch", "4", "--max-context", "2048",             \
         "--prompt-min", "16", "--prompt-max", "400", "--gen-min", "64", "--gen-max", "300"
 
-TestSuite(kvdemo, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 120);
+TestSuite(kvdemo, .init = make_tmpdir, .fini = tmpdir_remove, .timeout = 120);
 
 Test(kvdemo, every_layout_and_strategy_runs_clean_with_the_copies_each_strategy_promises)
 {
     const char *args[] = {SMALL, "--system-prompt", "300", "--json", NULL};
-    run_result r = kvdemo(args);
+    child_result r = kvdemo(args);
     cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s\nstdout:\n%.3000s", r.status, r.err, r.out);
     cr_assert_str_empty(r.err, "stderr: %s", r.err);
     cr_assert_eq(r.out[0], '{', "not one JSON object:\n%.500s", r.out);
@@ -225,13 +123,13 @@ Test(kvdemo, every_layout_and_strategy_runs_clean_with_the_copies_each_strategy_
     cr_assert_gt(json_number_at(c[4], "prefix_bytes_saved"), 0, "%.600s", c[4]);
     cr_assert_not_null(strstr(r.out, "\"best\": \""), "no best configuration");
     cr_assert_not_null(strstr(r.out, "\"ledger\": {\"limit_bytes\": "), "no ledger");
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kvdemo, without_sharing_peak_committed_covers_peak_live_everywhere)
 {
     const char *args[] = {SMALL, "--system-prompt", "0", "--json", NULL};
-    run_result r = kvdemo(args);
+    child_result r = kvdemo(args);
     cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
     const char *c[8];
     size_t n = configurations(r.out, c, 8);
@@ -243,13 +141,13 @@ Test(kvdemo, without_sharing_peak_committed_covers_peak_live_everywhere)
         cr_assert_geq(committed, live, "%.300s", c[i]);
         cr_assert_eq(json_number_at(c[i], "corruptions"), 0, "%.300s", c[i]);
     }
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kvdemo, a_byte_changed_behind_the_cache_is_reported_as_a_corruption)
 {
     const char *args[] = {SMALL, "--requests", "2", "--inject-corruption", "--json", NULL};
-    run_result r = kvdemo(args);
+    child_result r = kvdemo(args);
     cr_assert_eq(r.status, 1, "exit %d, stderr:\n%s", r.status, r.err);
     const char *c[8];
     size_t n = configurations(r.out, c, 8);
@@ -259,7 +157,7 @@ Test(kvdemo, a_byte_changed_behind_the_cache_is_reported_as_a_corruption)
         cr_assert_not_null(strstr(c[i], "\"first_corruption\": \"request 0 (plain): token 0 "),
                            "%.2000s", c[i]);
     }
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kvdemo, a_budget_shows_refusals_and_the_workload_still_finishes_intact)
@@ -267,7 +165,7 @@ Test(kvdemo, a_budget_shows_refusals_and_the_workload_still_finishes_intact)
     /* A head-major sequence commits a granule for each of its 96 fragments
      * (6 MiB), the system prompt's as well: 16 MiB hold two at a time. */
     const char *args[] = {SMALL, "--system-prompt", "300", "--budget", "16MiB", "--json", NULL};
-    run_result r = kvdemo(args);
+    child_result r = kvdemo(args);
     cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
     const char *c[8];
     size_t n = configurations(r.out, c, 8);
@@ -281,13 +179,13 @@ Test(kvdemo, a_budget_shows_refusals_and_the_workload_still_finishes_intact)
         cr_assert_eq(json_number_at(c[i], "corruptions"), 0, "%.300s", c[i]);
         cr_assert_eq(json_number_at(c[i], "completed"), 12, "%.600s", c[i]);
     }
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kvdemo, the_table_reports_progress_and_every_configuration)
 {
     const char *args[] = {SMALL, NULL};
-    run_result r = kvdemo(args);
+    child_result r = kvdemo(args);
     cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
     cr_assert_not_null(strstr(r.out, "  step "), "no progress line:\n%.2000s", r.out);
     cr_assert_not_null(strstr(r.out, " efficiency "), "no efficiency:\n%.2000s", r.out);
@@ -301,23 +199,7 @@ Test(kvdemo, the_table_reports_progress_and_every_configuration)
     }
     cr_assert_not_null(strstr(r.out, "ledger of "), "no ledger:\n%s", r.out);
     cr_assert_not_null(strstr(r.out, " 0 corruptions"), "%s", r.out);
-    run_result_free(&r);
-}
-
-/* Whether `gnuplot --version` runs, as ortmem-kvdemo checks it. */
-static bool gnuplot_installed(void)
-{
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {(char *)"gnuplot", (char *)"--version", NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, "gnuplot", &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    int wstatus = 0;
-    return rc == 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
-           WEXITSTATUS(wstatus) == 0;
+    child_result_free(&r);
 }
 
 Test(kvdemo, plot_draws_an_svg_with_a_line_per_configuration)
@@ -331,7 +213,7 @@ Test(kvdemo, plot_draws_an_svg_with_a_line_per_configuration)
     }
     const char *svg = tmp_path("paging.svg");
     const char *args[] = {SMALL, "--plot", svg, "--json", NULL};
-    run_result r = kvdemo(args);
+    child_result r = kvdemo(args);
     cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
     char *text = read_file(svg);
     cr_assert_not_null(strstr(text, "<svg"), "not an SVG:\n%.300s", text);
@@ -342,7 +224,7 @@ Test(kvdemo, plot_draws_an_svg_with_a_line_per_configuration)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         cr_assert_not_null(strstr(text, names[i]), "no '%s' in the plot", names[i]);
     free(text);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kvdemo, plot_without_gnuplot_is_one_line_naming_the_package_and_runs_nothing)
@@ -351,13 +233,13 @@ Test(kvdemo, plot_without_gnuplot_is_one_line_naming_the_package_and_runs_nothin
     cr_assert_eq(mkdir(empty, 0700), 0, "mkdir %s: %s", empty, strerror(errno));
     const char *svg = tmp_path("never.svg");
     const char *args[] = {SMALL, "--plot", svg, NULL};
-    run_result r = kvdemo_env(args, empty);
+    child_result r = kvdemo_env(args, empty);
     cr_assert_eq(r.status, 2, "exit %d, stderr:\n%s", r.status, r.err);
     cr_assert_str_empty(r.out, "stdout: %s", r.out);
     cr_assert_not_null(strstr(r.err, "gnuplot-nox"), "stderr: %s", r.err);
     cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "not one line: %s", r.err);
     cr_assert_neq(access(svg, F_OK), 0, "the plot file was created");
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(kvdemo, invalid_input_is_one_line_and_exit_2)
@@ -372,11 +254,11 @@ Test(kvdemo, invalid_input_is_one_line_and_exit_2)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[5] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};
-        run_result r = kvdemo(args);
+        child_result r = kvdemo(args);
         cr_assert_eq(r.status, 2, "%s: exit %d, stderr:\n%s", cases[i][0], r.status, r.err);
         cr_assert_str_empty(r.out, "%s: stdout: %s", cases[i][0], r.out);
         cr_assert(strncmp(r.err, "ortmem-kvdemo: ", 15) == 0, "%s", r.err);
         cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "not one line: %s", r.err);
-        run_result_free(&r);
+        child_result_free(&r);
     }
 }

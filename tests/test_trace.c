@@ -5,83 +5,28 @@
  * set by tests/meson.build. */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
+#include "json_scan.h"
 #include "support.h"
-
-extern char **environ;
+#include "tmpdir.h"
 
 #define G TEST_GRANULE
 
-static char tmpdir[256];
-
 static void make_tmpdir(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/ortmem-trace-XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
+    tmpdir_make("ortmem-trace");
 }
 
 static void remove_tmpdir(void)
 {
     (void)ortmem_trace_stop();
-    if (tmpdir[0])
-        (void)nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char paths[8][512];
-    static unsigned next;
-    char *p = paths[next++ % 8];
-    snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
-    return p;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
-    cr_assert_eq(fputs(text, f) >= 0, 1);
-    cr_assert_eq(fclose(f), 0);
-}
-
-/* The whole file, NUL-terminated; the caller frees it. */
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *text = malloc(cap);
-    cr_assert_not_null(text);
-    size_t n;
-    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len - 1 == 0) {
-            cap *= 2;
-            text = realloc(text, cap);
-            cr_assert_not_null(text);
-        }
-    }
-    text[len] = '\0';
-    fclose(f);
-    return text;
+    tmpdir_remove();
 }
 
 /* Splits text into lines in place; returns the count. */
@@ -191,12 +136,6 @@ Test(trace, records_arena_allocations_but_not_the_arena_region)
 
 /* ---- replay ---- */
 
-typedef struct run_result {
-    int status; /* exit status, or 128 + signal */
-    char *out;
-    char *err;
-} run_result;
-
 static const char *replay_path(void)
 {
     const char *path = getenv("ORTMEM_REPLAY");
@@ -216,79 +155,18 @@ static const char *bundled_trace(const char *name)
 /* Runs ortmem-replay with args (NULL-terminated). record: ORTMEM_TRACE for the
  * child, or NULL to make sure it records nothing. env: "NAME=value" to set in
  * the child (replacing NAME's value), or NULL. */
-static run_result replay_env(const char *record, const char *env, const char *const *args)
+static child_result replay_env(const char *record, const char *env, const char *const *args)
 {
-    const char *argv[32];
-    size_t argc = 0;
-    argv[argc++] = replay_path();
-    for (; *args && argc < 31; args++)
-        argv[argc++] = *args;
-    argv[argc] = NULL;
-
-    size_t envc = 0;
-    while (environ[envc])
-        envc++;
-    char **envp = calloc(envc + 3, sizeof *envp);
-    cr_assert_not_null(envp);
-    size_t k = 0;
-    size_t env_name = env ? (size_t)(strchr(env, '=') - env) + 1 : 0;
-    for (size_t i = 0; i < envc; i++) {
-        if (strncmp(environ[i], "ORTMEM_TRACE=", 13) != 0 &&
-            (!env || strncmp(environ[i], env, env_name) != 0))
-            envp[k++] = environ[i];
-    }
-    if (env)
-        envp[k++] = (char *)env;
-    char trace_var[600];
-    if (record) {
+    char trace_var[600] = "ORTMEM_TRACE";
+    if (record)
         snprintf(trace_var, sizeof trace_var, "ORTMEM_TRACE=%s", record);
-        envp[k++] = trace_var;
-    }
-    envp[k] = NULL;
-
-    /* Own buffers: the callers' tmp_path strings must survive many runs. */
-    static char out_path[512], err_path[512];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", tmpdir);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", tmpdir);
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &actions, NULL, (char *const *)argv, envp);
-    cr_assert_eq(rc, 0, "spawn %s: %s", argv[0], strerror(rc));
-    posix_spawn_file_actions_destroy(&actions);
-    free(envp);
-    int wstatus = 0;
-    cr_assert_eq(waitpid(pid, &wstatus, 0), pid);
-    run_result r;
-    r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-    r.out = read_file(out_path);
-    r.err = read_file(err_path);
-    return r;
+    const char *changes[] = {trace_var, env, NULL};
+    return child_run(replay_path(), args, changes);
 }
 
-static run_result replay(const char *record, const char *const *args)
+static child_result replay(const char *record, const char *const *args)
 {
     return replay_env(record, NULL, args);
-}
-
-static void run_result_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-/* The number after "key": in a JSON object (the first occurrence). */
-static uint64_t json_number(const char *json, const char *key)
-{
-    char pattern[96];
-    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
-    const char *at = strstr(json, pattern);
-    cr_assert_not_null(at, "no \"%s\" in:\n%s", key, json);
-    at += strlen(pattern);
-    cr_assert(*at >= '0' && *at <= '9', "\"%s\" is not a number", key);
-    return strtoull(at, NULL, 10);
 }
 
 static bool json_true(const char *json, const char *key)
@@ -321,7 +199,7 @@ Test(trace, replay_of_a_good_trace_is_clean_with_exact_counts)
     const char *path = tmp_path("good.trace");
     write_file(path, good_trace);
     const char *args[] = {path, "--json", "--granule", "64KiB", "--arena-cache", "0", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
     cr_assert_eq(r.out[0], '{', "stdout is one JSON object:\n%s", r.out);
     cr_assert_str_eq(r.err, "", "stderr: %s", r.err);
@@ -351,19 +229,19 @@ Test(trace, replay_of_a_good_trace_is_clean_with_exact_counts)
     cr_assert_eq(json_number(r.out, "checked_allocations"), 2);
     cr_assert_eq(json_number(r.out, "checked_shares"), 1);
     cr_assert_eq(json_number(r.out, "live_regions_at_end"), 0);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, replay_of_the_bundled_minimal_trace_is_clean)
 {
     const char *args[] = {bundled_trace("minimal.trace"), "--json", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "ops"), 12);
     cr_assert_eq(json_number(r.out, "failed_ops"), 0);
     cr_assert_eq(json_number(r.out, "checked_shares"), 1);
     cr_assert(json_true(r.out, "ledger_balanced"));
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, malformed_line_is_named_and_nothing_runs)
@@ -374,7 +252,7 @@ Test(trace, malformed_line_is_named_and_nothing_runs)
                      "commit a zero 64KiB\n"
                      "destroy a\n");
     const char *args[] = {path, "--json", NULL};
-    run_result r = replay(record, args);
+    child_result r = replay(record, args);
     cr_assert_eq(r.status, 2, "exit %d\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "line 3: offset 'zero' is not a byte count") != NULL, "stderr: %s",
               r.err);
@@ -387,7 +265,7 @@ Test(trace, malformed_line_is_named_and_nothing_runs)
     char *recorded = read_file(record);
     cr_assert_str_eq(recorded, "# ortmem trace v1: replay with ortmem-replay\n");
     free(recorded);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, bad_options_are_usage_errors)
@@ -401,11 +279,11 @@ Test(trace, bad_options_are_usage_errors)
         {path, "--budget", "0", NULL},     {path, "--budget", "lots", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_result r = replay(NULL, cases[i]);
+        child_result r = replay(NULL, cases[i]);
         cr_assert_eq(r.status, 2, "case %zu: exit %d\n%s", i, r.status, r.err);
         cr_assert_str_eq(r.out, "", "case %zu", i);
         cr_assert(strstr(r.err, "ortmem-replay: ") == r.err, "case %zu: %s", i, r.err);
-        run_result_free(&r);
+        child_result_free(&r);
     }
 }
 
@@ -422,7 +300,7 @@ Test(trace, injected_map_failure_is_reported_and_the_ledger_balances)
                      "destroy b\n"
                      "destroy a\n");
     const char *args[] = {path, "--json", "--granule", "64KiB", "--fault", "map:1", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "ops"), 9);
     cr_assert_eq(json_number(r.out, "failed_ops"), 1);
@@ -442,7 +320,7 @@ Test(trace, injected_map_failure_is_reported_and_the_ledger_balances)
     cr_assert_eq(json_number(r.out, "final_mapped_bytes"), 0);
     cr_assert_eq(json_number(r.out, "overlaps"), 0);
     cr_assert_eq(json_number(r.out, "corruptions"), 0);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 /* Counts the operation lines (not comments) of a trace text. */
@@ -494,7 +372,7 @@ Test(trace, workload_recorded_in_process_replays_without_failures)
     cr_assert_eq(ops, 1 + 1 + 3 * 2 + (2 + 3 + 4) + 8 + 4 + 1 + 1, "%zu ops:\n%s", ops, text);
     free(text);
     const char *args[] = {path, "--json", "--granule", "64KiB", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "ops"), ops);
     cr_assert_eq(json_number(r.out, "failed_ops"), 0);
@@ -503,7 +381,7 @@ Test(trace, workload_recorded_in_process_replays_without_failures)
     cr_assert_eq(json_number(r.out, "live_allocations_at_end"), 4);
     cr_assert_eq(json_number(r.out, "live_regions_at_end"), 3);
     cr_assert(json_true(r.out, "ledger_balanced"));
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
@@ -513,9 +391,9 @@ Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
     const char *path = tmp_path("good.trace"), *record = tmp_path("recorded.trace");
     write_file(path, good_trace);
     const char *first_args[] = {path, "--json", "--granule", "64KiB", NULL};
-    run_result first = replay(record, first_args);
+    child_result first = replay(record, first_args);
     cr_assert_eq(first.status, 0, "exit %d\n%s", first.status, first.err);
-    run_result_free(&first);
+    child_result_free(&first);
 
     char *text = read_file(record);
     cr_assert(strncmp(text, "# ortmem trace v1", 17) == 0, "%s", text);
@@ -525,7 +403,7 @@ Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
     cr_assert_eq(ops, 12, "the 12 ops of good_trace, recorded:\n%s", text);
     free(text);
     const char *args[] = {record, "--json", "--granule", "64KiB", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "ops"), 12);
     cr_assert_eq(json_number(r.out, "failed_ops"), 0);
@@ -533,7 +411,7 @@ Test(trace, replay_recorded_through_ORTMEM_TRACE_replays_itself)
     cr_assert_eq(json_number(r.out, "overlaps"), 0);
     cr_assert_eq(json_number(r.out, "corruptions"), 0);
     cr_assert(json_true(r.out, "ledger_balanced"));
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 /* ---- governance: --budget, holders, pressure ---- */
@@ -612,7 +490,7 @@ Test(trace, budget_refuses_commits_past_it_and_the_ledger_names_each_holder)
     write_file(path, budget_trace);
     const char *args[] = {path, "--json",   "--granule", "64KiB", "--arena-cache",
                           "0",  "--budget", "512KiB",    NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "budget_bytes"), 8 * G);
     cr_assert(json_true(r.out, "budget_held"), "%s", r.out);
@@ -667,7 +545,7 @@ Test(trace, budget_refuses_commits_past_it_and_the_ledger_names_each_holder)
     free(weights);
     /* Teardown gave everything back. */
     cr_assert_eq(json_number(r.out, "final_owned_bytes"), 0);
-    run_result_free(&r);
+    child_result_free(&r);
 
     /* The human report prints the same ledger as the authority's table. */
     const char *text_args[] = {path, "--granule", "64KiB",  "--arena-cache",
@@ -679,7 +557,7 @@ Test(trace, budget_refuses_commits_past_it_and_the_ledger_names_each_holder)
               "%s", r.out);
     cr_assert(strstr(r.out, "  budget held: yes") != NULL, "%s", r.out);
     cr_assert(strstr(r.out, "\nresult: OK") != NULL, "%s", r.out);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 /* Granule 64 KiB, budget 512 KiB. The reclaimable "cache" holds 6 granules in
@@ -701,7 +579,7 @@ Test(trace, reclaimable_holder_decommits_its_regions_so_a_later_commit_fits)
     const char *path = tmp_path("pressure.trace");
     write_file(path, pressure_trace);
     const char *args[] = {path, "--json", "--granule", "64KiB", "--budget", "512KiB", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "budget_refusals"), 0, "%s", r.out);
     cr_assert_eq(json_number(r.out, "failed_ops"), 0);
@@ -733,7 +611,7 @@ Test(trace, reclaimable_holder_decommits_its_regions_so_a_later_commit_fits)
     cr_assert_eq(json_number(r.out, "corruptions"), 0, "%s", r.err);
     cr_assert_eq(json_number(r.out, "checked_granules"), 6 + 8, "%s", r.out);
     cr_assert(json_true(r.out, "ledger_balanced"), "%s", r.out);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, holder_annotations_are_checked_before_anything_runs)
@@ -744,7 +622,7 @@ Test(trace, holder_annotations_are_checked_before_anything_runs)
                      "alloc x 100 @nobody\n"
                      "commit a 0 64KiB\n");
     const char *args[] = {path, "--json", "--budget", "1MiB", NULL};
-    run_result r = replay(record, args);
+    child_result r = replay(record, args);
     cr_assert_eq(r.status, 2, "exit %d\n%s", r.status, r.err);
     cr_assert(strstr(r.err, "line 3: no holder 'nobody'") != NULL, "stderr: %s", r.err);
     cr_assert(strstr(r.err, "line 1") == NULL && strstr(r.err, "line 2") == NULL &&
@@ -755,7 +633,7 @@ Test(trace, holder_annotations_are_checked_before_anything_runs)
     char *recorded = read_file(record);
     cr_assert_str_eq(recorded, "# ortmem trace v1: replay with ortmem-replay\n");
     free(recorded);
-    run_result_free(&r);
+    child_result_free(&r);
 
     /* Every other way a holder annotation can be wrong, one line each. */
     write_file(path, "holder h gpu\n"                  /* 1: unknown role */
@@ -782,13 +660,13 @@ Test(trace, holder_annotations_are_checked_before_anything_runs)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(r.err, want[i]) != NULL, "no '%s' in:\n%s", want[i], r.err);
     cr_assert_str_eq(r.out, "");
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, without_a_budget_the_ledger_by_holder_is_still_reported)
 {
     const char *args[] = {bundled_trace("minimal.trace"), "--json", NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert(strstr(r.out, "\"budget_bytes\": null,") != NULL, "%s", r.out);
     cr_assert(strstr(r.out, "\"budget_held\": null,") != NULL, "%s", r.out);
@@ -803,7 +681,7 @@ Test(trace, without_a_budget_the_ledger_by_holder_is_still_reported)
     cr_assert_eq(json_number(trace, "owned_bytes"), json_number(r.out, "owned_at_trace_end_bytes"));
     cr_assert_eq(json_number(trace, "owned_peak_bytes"), json_number(r.out, "peak_owned_bytes"));
     free(trace);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 /* ---- memory over time: --timeline and --plot ---- */
@@ -852,7 +730,7 @@ Test(trace, timeline_of_the_minimal_trace_has_a_row_per_op_and_ends_at_the_repor
 {
     const char *csv = tmp_path("minimal.csv");
     const char *args[] = {bundled_trace("minimal.trace"), "--json", "--timeline", csv, NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     size_t n = 0;
     timeline_row *rows = read_timeline(csv, &n);
@@ -890,7 +768,7 @@ Test(trace, timeline_of_the_minimal_trace_has_a_row_per_op_and_ends_at_the_repor
     cr_assert_eq(json_number(timeline, "every_ops"), 1);
     cr_assert(strstr(r.out, "\"plot\": null") != NULL, "%s", r.out);
     free(rows);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, timeline_of_a_long_trace_has_a_row_every_K_ops_and_after_the_last)
@@ -905,7 +783,7 @@ Test(trace, timeline_of_a_long_trace_has_a_row_every_K_ops_and_after_the_last)
     fputs("alloc last 4096\n", f);
     cr_assert_eq(fclose(f), 0);
     const char *args[] = {path, "--granule", "64KiB", "--timeline", csv, NULL};
-    run_result r = replay(NULL, args);
+    child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     size_t n = 0;
     timeline_row *rows = read_timeline(csv, &n);
@@ -920,23 +798,7 @@ Test(trace, timeline_of_a_long_trace_has_a_row_every_K_ops_and_after_the_last)
     snprintf(want, sizeof want, "  timeline        %s (10001 rows, one per 2 ops)\n", csv);
     cr_assert(strstr(r.out, want) != NULL, "no '%s' in:\n%s", want, r.out);
     free(rows);
-    run_result_free(&r);
-}
-
-/* Whether `gnuplot --version` runs, as ortmem-replay checks it. */
-static bool gnuplot_installed(void)
-{
-    posix_spawn_file_actions_t actions;
-    cr_assert_eq(posix_spawn_file_actions_init(&actions), 0);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {(char *)"gnuplot", (char *)"--version", NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, "gnuplot", &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    int wstatus = 0;
-    return rc == 0 && waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
-           WEXITSTATUS(wstatus) == 0;
+    child_result_free(&r);
 }
 
 Test(trace, plot_draws_an_svg_with_gnuplot_and_leaves_no_temporary_timeline)
@@ -958,7 +820,7 @@ Test(trace, plot_draws_an_svg_with_gnuplot_and_leaves_no_temporary_timeline)
     snprintf(tmpdir_var, sizeof tmpdir_var, "TMPDIR=%s", scratch);
     const char *svg = tmp_path("minimal.svg");
     const char *args[] = {bundled_trace("minimal.trace"), "--plot", svg, NULL};
-    run_result r = replay_env(NULL, tmpdir_var, args);
+    child_result r = replay_env(NULL, tmpdir_var, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     char *text = read_file(svg);
     cr_assert(strstr(text, "<svg") != NULL, "%s is not an SVG:\n%.400s", svg, text);
@@ -976,7 +838,7 @@ Test(trace, plot_draws_an_svg_with_gnuplot_and_leaves_no_temporary_timeline)
         cr_assert(strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0,
                   "left behind in TMPDIR: %s", e->d_name);
     closedir(dir);
-    run_result_free(&r);
+    child_result_free(&r);
 }
 
 Test(trace, plot_without_gnuplot_names_the_package_and_replays_nothing)
@@ -988,7 +850,7 @@ Test(trace, plot_without_gnuplot_names_the_package_and_replays_nothing)
     snprintf(path_var, sizeof path_var, "PATH=%s", empty);
     const char *svg = tmp_path("none.svg"), *record = tmp_path("none-run.trace");
     const char *args[] = {bundled_trace("minimal.trace"), "--plot", svg, NULL};
-    run_result r = replay_env(record, path_var, args);
+    child_result r = replay_env(record, path_var, args);
     cr_assert_eq(r.status, 2, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert(strstr(r.err, "gnuplot-nox") != NULL, "stderr: %s", r.err);
     cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "one line: %s", r.err);
@@ -997,5 +859,5 @@ Test(trace, plot_without_gnuplot_names_the_package_and_replays_nothing)
     char *recorded = read_file(record);
     cr_assert_str_eq(recorded, "# ortmem trace v1: replay with ortmem-replay\n");
     free(recorded);
-    run_result_free(&r);
+    child_result_free(&r);
 }

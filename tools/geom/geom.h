@@ -35,18 +35,10 @@ bool geom_torch_dtype(const char *name, ortmem_kv_dtype *dtype);
 
 /* ---- sweep.c: the plot through gnuplot ---- */
 
-/* Whether `gnuplot --version` runs. */
-bool geom_plot_available(void);
-
 /* Committed bytes against tokens 1 .. capacity for every layout (stable and
  * bucket growth) with the crossovers marked, as an SVG written to svg_fd.
  * Returns 0, or the exit status after writing one line to err: 2 when the
  * geometry cannot be evaluated at some point, 1 when gnuplot failed. */
 int geom_plot_draw(const geom_input *input, int svg_fd, FILE *err);
-
-/* ---- shared text helpers ---- */
-
-/* Length of the valid UTF-8 sequence at s, 0 when it is not one. */
-size_t geom_utf8_sequence(const unsigned char *s);
 
 #endif /* ORTMEM_TOOLS_GEOM_H */

@@ -3,14 +3,17 @@
  * nothing on stdout), 1 when the plot could not be made. */
 #include "geom.h"
 
-#include <ctype.h>
+#include "common/cli.h"
+#include "common/gnuplot.h"
+#include "common/json.h"
+#include "common/number.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #define EXIT_FAILED 1
@@ -70,84 +73,10 @@ static void usage(FILE *out)
           out);
 }
 
-/* One line on stderr: control bytes (a newline in a detail) become spaces. */
-static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int fail(int status, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    for (char *p = line; *p; p++) {
-        if ((unsigned char)*p < 0x20)
-            *p = ' ';
-    }
-    fprintf(stderr, "ortmem-geom: %s\n", line);
-    return status;
-}
+/* One line on stderr, "ortmem-geom: ...". */
+#define fail(status, ...) cli_fail("ortmem-geom", status, __VA_ARGS__)
 
 /* ---- parsing ---- */
-
-static bool parse_u64(const char *text, uint64_t *out)
-{
-    if (!text || !isdigit((unsigned char)*text))
-        return false;
-    uint64_t v = 0;
-    for (; isdigit((unsigned char)*text); text++) {
-        unsigned digit = (unsigned)(*text - '0');
-        if (v > (UINT64_MAX - digit) / 10)
-            return false;
-        v = v * 10 + digit;
-    }
-    if (*text)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* Digits with an optional K/KiB, M/MiB, G/GiB, T/TiB suffix (any case). */
-static bool parse_size(const char *text, uint64_t *out)
-{
-    if (!text || !isdigit((unsigned char)*text))
-        return false;
-    const char *p = text;
-    while (isdigit((unsigned char)*p))
-        p++;
-    char digits[32];
-    size_t len = (size_t)(p - text);
-    if (len >= sizeof digits)
-        return false;
-    memcpy(digits, text, len);
-    digits[len] = '\0';
-    uint64_t v;
-    if (!parse_u64(digits, &v))
-        return false;
-    unsigned shift = 0;
-    if (*p) {
-        static const struct {
-            const char *suffix;
-            unsigned shift;
-        } suffixes[] = {
-            {"k", 10}, {"kib", 10}, {"m", 20}, {"mib", 20},
-            {"g", 30}, {"gib", 30}, {"t", 40}, {"tib", 40},
-        };
-        bool known = false;
-        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-            if (strcasecmp(p, suffixes[i].suffix) == 0) {
-                shift = suffixes[i].shift;
-                known = true;
-            }
-        }
-        if (!known)
-            return false;
-    }
-    if (shift && v > (UINT64_MAX >> shift))
-        return false;
-    *out = v << shift;
-    return true;
-}
 
 typedef struct options {
     const char *model, *config, *gguf, *sweep;
@@ -191,8 +120,9 @@ static int parse_bytes(const char *name, const char *value, uint64_t *out)
 }
 
 /* Options that take a value, in --name VALUE or --name=VALUE form. */
-static int apply_option(options *o, const char *name, const char *value)
+static int apply_option(void *context, const char *name, const char *value)
 {
+    options *o = context;
     if (strcmp(name, "--model") == 0)
         o->model = value;
     else if (strcmp(name, "--config") == 0)
@@ -241,63 +171,20 @@ static int apply_option(options *o, const char *name, const char *value)
     return 0;
 }
 
-static bool takes_value(const char *name)
-{
-    static const char *const with_value[] = {
-        "--model",    "--config", "--gguf",       "--sweep",   "--layers", "--kv-heads",
-        "--head-dim", "--dtype",  "--layout",     "--granule", "--tokens", "--capacity",
-        "--batch",    "--prefix", "--min-bucket", "--budget",
-    };
-    for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++) {
-        if (strcmp(name, with_value[i]) == 0)
-            return true;
-    }
-    return false;
-}
-
 static int parse_args(int argc, char **argv, options *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            o->help = true;
-            continue;
-        }
-        if (strcmp(arg, "--json") == 0) {
-            o->json = true;
-            continue;
-        }
-        if (strcmp(arg, "--all-layouts") == 0) {
-            o->all_layouts = true;
-            continue;
-        }
-        if (strncmp(arg, "--", 2) != 0)
-            return fail(EXIT_USAGE, "unexpected argument '%s' (ortmem-geom --help for usage)", arg);
-        char name[64];
-        const char *eq = strchr(arg, '=');
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len >= sizeof name)
-            return fail(EXIT_USAGE, "unknown option '%.60s...' (ortmem-geom --help lists them)",
-                        arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        if (!takes_value(name)) {
-            if (eq && (strcmp(name, "--json") == 0 || strcmp(name, "--all-layouts") == 0 ||
-                       strcmp(name, "--help") == 0))
-                return fail(EXIT_USAGE, "%s takes no value", name);
-            return fail(EXIT_USAGE, "unknown option '%s' (ortmem-geom --help lists them)", name);
-        }
-        const char *value = eq ? eq + 1 : NULL;
-        if (!value) {
-            if (i + 1 >= argc)
-                return fail(EXIT_USAGE, "%s needs a value", name);
-            value = argv[++i];
-        }
-        int rc = apply_option(o, name, value);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    const cli_flag flags[] = {
+        {"-h", &o->help},     {"--help", &o->help},
+        {"--json", &o->json}, {"--all-layouts", &o->all_layouts},
+        {NULL, NULL},
+    };
+    static const char *const valued[] = {
+        "--model",    "--config", "--gguf",       "--sweep",   "--layers", "--kv-heads",
+        "--head-dim", "--dtype",  "--layout",     "--granule", "--tokens", "--capacity",
+        "--batch",    "--prefix", "--min-bucket", "--budget",  NULL,
+    };
+    const cli_parser parser = {"ortmem-geom", flags, valued, apply_option, o};
+    return cli_parse(&parser, argc, argv);
 }
 
 /* ---- the geometry: preset or config, then explicit flags ---- */
@@ -401,29 +288,10 @@ static int evaluate(const geom_input *in, const options *o, ortmem_kv_layout lay
     return 0;
 }
 
+/* A JSON string literal; geom's report writes every control byte as \u00XX. */
 static void json_string(FILE *out, const char *s)
 {
-    fputc('"', out);
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        if (*p == '"' || *p == '\\') {
-            fprintf(out, "\\%c", *p++);
-            continue;
-        }
-        if (*p < 0x20 || *p == 0x7f) {
-            fprintf(out, "\\u%04x", *p++);
-            continue;
-        }
-        size_t len = geom_utf8_sequence(p);
-        if (len == 0) {
-            fputs("\\ufffd", out);
-            p++;
-            continue;
-        }
-        fwrite(p, 1, len, out);
-        p += len;
-    }
-    fputc('"', out);
+    json_put_string(out, s, JSON_CONTROLS_AS_CODES);
 }
 
 static void json_u64(FILE *out, const char *indent, const char *key, uint64_t v)
@@ -508,19 +376,6 @@ static void print_json(FILE *out, const geom_input *in, const options *o, const 
         json_results(out, "  ", &r[0], g->granule, false);
         fputs("\n}\n", out);
     }
-}
-
-/* A size in the largest binary unit that divides it. */
-static const char *size_text(uint64_t bytes, char *buf, size_t size)
-{
-    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-    unsigned u = 0;
-    while (u + 1 < sizeof units / sizeof units[0] && bytes >= 1024 && bytes % 1024 == 0) {
-        bytes /= 1024;
-        u++;
-    }
-    snprintf(buf, size, "%" PRIu64 " %s", bytes, units[u]);
-    return buf;
 }
 
 /* Table rows: a byte quantity shows exact bytes and MiB; a count shows in the
@@ -684,36 +539,6 @@ static void print_table(FILE *out, const geom_input *in, const options *o, const
 
 /* ---- main ---- */
 
-size_t geom_utf8_sequence(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 int main(int argc, char **argv)
 {
     options o = {.granule = DEFAULT_GRANULE, .tokens = 1, .capacity = 32768, .batch = 1};
@@ -742,17 +567,18 @@ int main(int argc, char **argv)
             return rc;
     }
     if (o.sweep) {
-        if (!geom_plot_available())
+        if (!gnuplot_available())
             return fail(EXIT_FAILED, "--sweep needs gnuplot, which is not installed (Debian: "
                                      "apt-get install gnuplot-nox)");
         int fd = open(o.sweep, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (fd < 0)
             return fail(EXIT_FAILED, "--sweep: cannot write '%s': %s", o.sweep, strerror(errno));
         rc = geom_plot_draw(&in, fd, stderr);
-        if (close(fd) != 0 && rc == 0)
-            rc = fail(EXIT_FAILED, "--sweep: writing '%s' failed: %s", o.sweep, strerror(errno));
-        if (rc) {
-            (void)remove(o.sweep); /* half an SVG is no plot */
+        int close_errno;
+        if (!gnuplot_svg_close(fd, o.sweep, rc == 0, &close_errno)) {
+            if (close_errno)
+                rc = fail(EXIT_FAILED, "--sweep: writing '%s' failed: %s", o.sweep,
+                          strerror(close_errno));
             return rc;
         }
     }

@@ -1,22 +1,16 @@
 /* --sweep: committed bytes against live tokens, 1 .. capacity, for every
  * layout (stable full-context VA and bucket growth), with each layout's
- * crossover marked. The plot is gnuplot's: the tool feeds it a script on a
- * pipe with the data inline as datablocks (as ortmem-replay's timeline does),
- * so no path has to be quoted for gnuplot and the SVG goes to a descriptor the
- * caller opened. */
+ * crossover marked. The plot is gnuplot's (common/gnuplot.h): this file
+ * writes its script, with the data inline as datablocks, and the SVG goes to
+ * a descriptor the caller opened. */
 #include "geom.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include "common/gnuplot.h"
+#include "common/utf8.h"
+
 #include <inttypes.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-extern char **environ;
 
 #define MIB 1048576.0
 
@@ -29,32 +23,6 @@ static const struct {
     {"#c0390b", "#f2a072"},
     {"#1a7f1a", "#a9dca0"},
 };
-
-/* Waits for pid; returns its exit status, or -1 when it did not exit. */
-static int wait_exit(pid_t pid)
-{
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR)
-            return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool geom_plot_available(void)
-{
-    posix_spawn_file_actions_t actions;
-    if (posix_spawn_file_actions_init(&actions) != 0)
-        return false;
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    char name[] = "gnuplot", version[] = "--version";
-    char *argv[] = {name, version, NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, name, &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    return rc == 0 && wait_exit(pid) == 0;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -134,7 +102,7 @@ static void put_quoted_text(FILE *script, const char *text)
 {
     const unsigned char *s = (const unsigned char *)text;
     while (*s) {
-        size_t len = geom_utf8_sequence(s);
+        size_t len = utf8_sequence_length(s);
         if (len == 0 || *s < 0x20 || *s == 0x7f) {
             fputc('?', script);
             s++;
@@ -296,25 +264,16 @@ static void sweep_data_free(sweep_data *d)
     }
 }
 
-/* Starts gnuplot reading its script from script_fd and writing to svg_fd.
- * Its stderr stays ours, so gnuplot's own complaints reach the user. */
-static bool spawn_gnuplot(int script_fd, int svg_fd, pid_t *pid, FILE *err)
+typedef struct sweep_plot {
+    const geom_input *in;
+    const sweep_data *data;
+} sweep_plot;
+
+static const char *write_sweep_script(FILE *script, void *context)
 {
-    posix_spawn_file_actions_t actions;
-    int rc = posix_spawn_file_actions_init(&actions);
-    if (rc == 0) {
-        rc = posix_spawn_file_actions_adddup2(&actions, script_fd, 0);
-        if (rc == 0)
-            rc = posix_spawn_file_actions_adddup2(&actions, svg_fd, 1);
-        char name[] = "gnuplot";
-        char *argv[] = {name, NULL};
-        if (rc == 0)
-            rc = posix_spawnp(pid, name, &actions, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&actions);
-    }
-    if (rc != 0)
-        fprintf(err, "ortmem-geom: --sweep: cannot run gnuplot: %s\n", strerror(rc));
-    return rc == 0;
+    const sweep_plot *plot = context;
+    put_script(script, plot->in, plot->data);
+    return NULL;
 }
 
 int geom_plot_draw(const geom_input *in, int svg_fd, FILE *err)
@@ -322,51 +281,10 @@ int geom_plot_draw(const geom_input *in, int svg_fd, FILE *err)
     sweep_data d;
     memset(&d, 0, sizeof d);
     int rc = evaluate_all(in, &d, err);
-    if (rc != 0) {
-        sweep_data_free(&d);
-        return rc;
+    if (rc == 0) {
+        sweep_plot plot = {.in = in, .data = &d};
+        rc = gnuplot_draw(svg_fd, write_sweep_script, &plot, "ortmem-geom: --sweep", err) ? 0 : 1;
     }
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        fprintf(err, "ortmem-geom: --sweep: pipe: %s\n", strerror(errno));
-        sweep_data_free(&d);
-        return 1;
-    }
-    pid_t pid;
-    bool spawned = spawn_gnuplot(fds[0], svg_fd, &pid, err);
-    close(fds[0]);
-    if (!spawned) {
-        close(fds[1]);
-        sweep_data_free(&d);
-        return 1;
-    }
-    /* gnuplot may quit before reading everything: its end of the pipe
-     * closing must make a write fail, not kill the tool. */
-    struct sigaction ignore, old;
-    memset(&ignore, 0, sizeof ignore);
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    sigaction(SIGPIPE, &ignore, &old);
-    FILE *script = fdopen(fds[1], "w");
-    int fdopen_errno = script ? 0 : errno;
-    bool write_failed = false;
-    if (script) {
-        put_script(script, in, &d);
-        write_failed = ferror(script) != 0;
-        write_failed = fclose(script) != 0 || write_failed;
-    } else {
-        close(fds[1]); /* gnuplot sees an empty script and ends */
-    }
-    sigaction(SIGPIPE, &old, NULL);
-    int status = wait_exit(pid);
     sweep_data_free(&d);
-    if (!script)
-        fprintf(err, "ortmem-geom: --sweep: %s\n", strerror(fdopen_errno));
-    else if (status < 0)
-        fprintf(err, "ortmem-geom: --sweep: gnuplot was killed by a signal\n");
-    else if (status != 0)
-        fprintf(err, "ortmem-geom: --sweep: gnuplot exited with status %d\n", status);
-    else if (write_failed)
-        fprintf(err, "ortmem-geom: --sweep: gnuplot did not read the whole script\n");
-    return script && !write_failed && status == 0 ? 0 : 1;
+    return rc;
 }

@@ -84,13 +84,10 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
             ortmem_kv_layout layout, ortmem_kv_strategy strategy, FILE *progress, kd_result *r);
 void kd_result_free(kd_result *r);
 
-/* text.c: "2 MiB" (exact units only, else the next smaller); text wrapped
- * at width columns, each line after indent spaces. */
-const char *kd_size(uint64_t bytes, char *buf, size_t size);
+/* text.c: text wrapped at width columns, each line after indent spaces. */
 void kd_put_wrapped(FILE *out, const char *text, int indent, size_t width);
 
 /* plot.c */
-bool kd_plot_available(void);
 bool kd_plot_draw(const kd_result *results, size_t count, int svg_fd, const char *title, FILE *err);
 
 #endif

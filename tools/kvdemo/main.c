@@ -5,14 +5,16 @@
  * not be drawn), 2 for invalid input (one line on stderr). */
 #include "kvdemo.h"
 
-#include <ctype.h>
+#include "common/cli.h"
+#include "common/gnuplot.h"
+#include "common/json.h"
+#include "common/number.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #define EXIT_FOUND_PROBLEMS 1
@@ -75,77 +77,10 @@ static void usage(FILE *out)
           out);
 }
 
-static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* One line on stderr. */
-static int fail(int status, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    for (char *p = line; *p; p++) {
-        if ((unsigned char)*p < 0x20)
-            *p = ' ';
-    }
-    fprintf(stderr, "ortmem-kvdemo: %s\n", line);
-    return status;
-}
+/* One line on stderr, "ortmem-kvdemo: ...". */
+#define fail(status, ...) cli_fail("ortmem-kvdemo", status, __VA_ARGS__)
 
 /* ---- parsing ---- */
-
-static bool parse_u64(const char *text, uint64_t *out)
-{
-    if (!text || !isdigit((unsigned char)*text))
-        return false;
-    uint64_t v = 0;
-    for (; isdigit((unsigned char)*text); text++) {
-        unsigned digit = (unsigned)(*text - '0');
-        if (v > (UINT64_MAX - digit) / 10)
-            return false;
-        v = v * 10 + digit;
-    }
-    if (*text)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* Digits with an optional K/KiB, M/MiB, G/GiB, T/TiB suffix (any case). */
-static bool parse_size(const char *text, uint64_t *out)
-{
-    if (!text || !isdigit((unsigned char)*text))
-        return false;
-    const char *p = text;
-    while (isdigit((unsigned char)*p))
-        p++;
-    char digits[32];
-    size_t len = (size_t)(p - text);
-    if (len >= sizeof digits)
-        return false;
-    memcpy(digits, text, len);
-    digits[len] = '\0';
-    uint64_t v;
-    if (!parse_u64(digits, &v))
-        return false;
-    static const struct {
-        const char *suffix;
-        unsigned shift;
-    } suffixes[] = {
-        {"", 0},   {"k", 10},   {"kib", 10}, {"m", 20},   {"mib", 20},
-        {"g", 30}, {"gib", 30}, {"t", 40},   {"tib", 40},
-    };
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        if (strcasecmp(p, suffixes[i].suffix) == 0) {
-            if (v > (UINT64_MAX >> suffixes[i].shift))
-                return false;
-            *out = v << suffixes[i].shift;
-            return true;
-        }
-    }
-    return false;
-}
 
 typedef struct option_spec {
     const char *name;
@@ -154,8 +89,9 @@ typedef struct option_spec {
     bool size;
 } option_spec;
 
-static int apply_option(kd_options *o, const char *name, const char *value)
+static int apply_option(void *context, const char *name, const char *value)
 {
+    kd_options *o = context;
     if (strcmp(name, "--model") == 0) {
         o->model = value;
         return 0;
@@ -200,55 +136,18 @@ static int apply_option(kd_options *o, const char *name, const char *value)
 
 static int parse_args(int argc, char **argv, kd_options *o, bool *help)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            *help = true;
-            continue;
-        }
-        if (strcmp(arg, "--json") == 0) {
-            o->json = true;
-            continue;
-        }
-        if (strcmp(arg, "--inject-corruption") == 0) {
-            o->inject_corruption = true;
-            continue;
-        }
-        if (strncmp(arg, "--", 2) != 0)
-            return fail(EXIT_USAGE, "unexpected argument '%s' (ortmem-kvdemo --help for usage)",
-                        arg);
-        char name[64];
-        const char *eq = strchr(arg, '=');
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len >= sizeof name)
-            return fail(EXIT_USAGE, "unknown option '%.60s...' (ortmem-kvdemo --help lists them)",
-                        arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        if (strcmp(name, "--json") == 0 || strcmp(name, "--help") == 0 ||
-            strcmp(name, "--inject-corruption") == 0)
-            return fail(EXIT_USAGE, "%s takes no value", name);
-        static const char *const known[] = {
-            "--model",         "--plot",       "--granule",    "--requests", "--batch",
-            "--max-context",   "--prompt-min", "--prompt-max", "--gen-min",  "--gen-max",
-            "--system-prompt", "--seed",       "--budget",     "--verify",
-        };
-        bool is_known = false;
-        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-            is_known = is_known || strcmp(name, known[k]) == 0;
-        if (!is_known)
-            return fail(EXIT_USAGE, "unknown option '%s' (ortmem-kvdemo --help lists them)", name);
-        const char *value = eq ? eq + 1 : NULL;
-        if (!value) {
-            if (i + 1 >= argc)
-                return fail(EXIT_USAGE, "%s needs a value", name);
-            value = argv[++i];
-        }
-        int rc = apply_option(o, name, value);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    const cli_flag flags[] = {
+        {"-h", help},         {"--help", help},
+        {"--json", &o->json}, {"--inject-corruption", &o->inject_corruption},
+        {NULL, NULL},
+    };
+    static const char *const valued[] = {
+        "--model",         "--plot",       "--granule",    "--requests", "--batch",
+        "--max-context",   "--prompt-min", "--prompt-max", "--gen-min",  "--gen-max",
+        "--system-prompt", "--seed",       "--budget",     "--verify",   NULL,
+    };
+    const cli_parser parser = {"ortmem-kvdemo", flags, valued, apply_option, o};
+    return cli_parse(&parser, argc, argv);
 }
 
 static int check_options(const kd_options *o)
@@ -314,7 +213,7 @@ static void put_header(FILE *out, const kd_options *o, const ortmem_kv_geometry 
     fprintf(out,
             "ortmem-kvdemo: KV paging on the CPU backend, granule %s\n"
             "model %s: %u layers, %u KV heads, head_dim %u, %s: %" PRIu64 " bytes per token\n",
-            kd_size(o->granule, granule, sizeof granule), o->model, g->layers, g->kv_heads,
+            size_text(o->granule, granule, sizeof granule), o->model, g->layers, g->kv_heads,
             g->head_dim, ortmem_kv_dtype_name(g->dtype), e.bytes_per_token);
     fprintf(out,
             "workload (seed %" PRIu64 "): %zu requests: %" PRIu64 " with prompts of their own, "
@@ -327,7 +226,7 @@ static void put_header(FILE *out, const kd_options *o, const ortmem_kv_geometry 
             o->seed, w->count, w->kinds[KD_PLAIN], w->kinds[KD_FORK], w->kinds[KD_PREFIX],
             w->count ? w->prompt_tokens / w->count : 0, w->count ? w->gen_tokens / w->count : 0,
             w->system_tokens, o->max_context, o->batch, w->steps,
-            kd_size(o->budget, budget, sizeof budget));
+            size_text(o->budget, budget, sizeof budget));
 }
 
 static void put_table(FILE *out, const kd_result *results, size_t count)
@@ -412,18 +311,10 @@ static void put_checks(FILE *out, const kd_result *results, size_t count)
 
 /* ---- JSON ---- */
 
+/* A JSON string literal; the demo's report writes every control byte as \u00XX. */
 static void json_string(FILE *out, const char *s)
 {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
-    }
-    fputc('"', out);
+    json_put_string(out, s, JSON_CONTROLS_AS_CODES);
 }
 
 static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g,
@@ -542,7 +433,7 @@ int main(int argc, char **argv)
     if (ortmem_kv_geometry_check(&geometry) != ORTMEM_OK)
         return fail(EXIT_USAGE, "%s", ortmem_last_error());
     /* Before anything runs: a demo whose plot cannot be drawn is wasted. */
-    if (o.plot && !kd_plot_available())
+    if (o.plot && !gnuplot_available())
         return fail(EXIT_USAGE, "--plot needs gnuplot, which is not installed (Debian: apt-get "
                                 "install gnuplot-nox); nothing was run");
     int svg_fd = -1;
@@ -554,10 +445,8 @@ int main(int argc, char **argv)
     kd_workload w;
     char why[256];
     if (!kd_workload_make(&o, &w, why, sizeof why)) {
-        if (svg_fd >= 0) {
-            close(svg_fd);
-            (void)remove(o.plot);
-        }
+        if (svg_fd >= 0)
+            (void)gnuplot_svg_close(svg_fd, o.plot, false, NULL);
         return fail(EXIT_FOUND_PROBLEMS, "%s", why);
     }
     FILE *progress = o.json ? NULL : stdout;
@@ -584,17 +473,14 @@ int main(int argc, char **argv)
         char title[256], granule[32];
         snprintf(title, sizeof title,
                  "KV paging: %s, %zu requests, up to %" PRIu64 " live, granule %s", o.model,
-                 w.count, o.batch, kd_size(o.granule, granule, sizeof granule));
+                 w.count, o.batch, size_text(o.granule, granule, sizeof granule));
         bool drawn = kd_plot_draw(results, count, svg_fd, title, stderr);
-        if (close(svg_fd) != 0 && drawn) {
-            fprintf(stderr, "ortmem-kvdemo: writing the plot '%s' failed: %s\n", o.plot,
-                    strerror(errno));
-            drawn = false;
-        }
-        if (!drawn) {
-            (void)remove(o.plot); /* half an SVG is no plot */
+        int close_errno;
+        if (!gnuplot_svg_close(svg_fd, o.plot, drawn, &close_errno))
             status = EXIT_FOUND_PROBLEMS;
-        }
+        if (close_errno)
+            fprintf(stderr, "ortmem-kvdemo: writing the plot '%s' failed: %s\n", o.plot,
+                    strerror(close_errno));
     }
     if (o.json) {
         put_json(stdout, &o, &geometry, &w, results, count, best);

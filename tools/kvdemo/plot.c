@@ -1,46 +1,13 @@
 /* Committed bytes over decode steps, one line per configuration, live bytes
- * for reference. The plot is gnuplot's: it reads a script on a pipe with the
- * timelines inline as datablocks, and writes the SVG to a descriptor opened
- * here (as ortmem-replay's plot does). */
+ * for reference. The plot is gnuplot's (common/gnuplot.h): this file writes
+ * its script, with the timelines inline as datablocks. */
 #include "kvdemo.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <spawn.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "common/gnuplot.h"
 
-extern char **environ;
+#include <inttypes.h>
 
 #define KD_PLOT_MAX_ROWS 2000 /* per configuration; longer timelines keep each window's peak */
-
-static int wait_exit(pid_t pid)
-{
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR)
-            return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool kd_plot_available(void)
-{
-    posix_spawn_file_actions_t actions;
-    if (posix_spawn_file_actions_init(&actions) != 0)
-        return false;
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    char name[] = "gnuplot", version[] = "--version";
-    char *argv[] = {name, version, NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, name, &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    return rc == 0 && wait_exit(pid) == 0;
-}
 
 /* The title inside a gnuplot single-quoted string: ' doubles; control bytes
  * become '?'. */
@@ -213,65 +180,21 @@ static void put_script(FILE *script, const kd_result *results, size_t count, con
     fputc('\n', script);
 }
 
-static bool spawn_gnuplot(int script_fd, int svg_fd, pid_t *pid, FILE *err)
+typedef struct results_plot {
+    const kd_result *results;
+    size_t count;
+    const char *title;
+} results_plot;
+
+static const char *write_results_script(FILE *script, void *context)
 {
-    posix_spawn_file_actions_t actions;
-    int rc = posix_spawn_file_actions_init(&actions);
-    if (rc == 0) {
-        rc = posix_spawn_file_actions_adddup2(&actions, script_fd, 0);
-        if (rc == 0)
-            rc = posix_spawn_file_actions_adddup2(&actions, svg_fd, 1);
-        char name[] = "gnuplot";
-        char *argv[] = {name, NULL};
-        if (rc == 0)
-            rc = posix_spawnp(pid, name, &actions, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&actions);
-    }
-    if (rc != 0)
-        fprintf(err, "ortmem-kvdemo: plot: cannot run gnuplot: %s\n", strerror(rc));
-    return rc == 0;
+    const results_plot *plot = context;
+    put_script(script, plot->results, plot->count, plot->title);
+    return NULL;
 }
 
 bool kd_plot_draw(const kd_result *results, size_t count, int svg_fd, const char *title, FILE *err)
 {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        fprintf(err, "ortmem-kvdemo: plot: pipe: %s\n", strerror(errno));
-        return false;
-    }
-    pid_t pid;
-    bool spawned = spawn_gnuplot(fds[0], svg_fd, &pid, err);
-    close(fds[0]);
-    if (!spawned) {
-        close(fds[1]);
-        return false;
-    }
-    /* gnuplot may quit before reading everything: a write must fail then,
-     * not kill the demo. */
-    struct sigaction ignore, old;
-    memset(&ignore, 0, sizeof ignore);
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    sigaction(SIGPIPE, &ignore, &old);
-    FILE *script = fdopen(fds[1], "w");
-    int fdopen_errno = script ? 0 : errno;
-    bool write_failed = false;
-    if (script) {
-        put_script(script, results, count, title);
-        write_failed = ferror(script) != 0;
-        write_failed = fclose(script) != 0 || write_failed;
-    } else {
-        close(fds[1]);
-    }
-    sigaction(SIGPIPE, &old, NULL);
-    int status = wait_exit(pid);
-    if (!script)
-        fprintf(err, "ortmem-kvdemo: plot: %s\n", strerror(fdopen_errno));
-    else if (status < 0)
-        fprintf(err, "ortmem-kvdemo: plot: gnuplot was killed by a signal\n");
-    else if (status != 0)
-        fprintf(err, "ortmem-kvdemo: plot: gnuplot exited with status %d\n", status);
-    else if (write_failed)
-        fprintf(err, "ortmem-kvdemo: plot: gnuplot did not read the whole script\n");
-    return script && !write_failed && status == 0;
+    results_plot plot = {.results = results, .count = count, .title = title};
+    return gnuplot_draw(svg_fd, write_results_script, &plot, "ortmem-kvdemo: plot", err);
 }

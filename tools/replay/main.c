@@ -3,6 +3,10 @@
  * for usage, parse and setup errors (then nothing was replayed). */
 #include "replay.h"
 
+#include "common/cli.h"
+#include "common/gnuplot.h"
+#include "common/number.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -57,23 +61,10 @@ static int usage_error(const char *fmt, const char *arg)
     return EXIT_USAGE;
 }
 
-static bool parse_u64(const char *text, uint64_t *out)
-{
-    if (!text || *text < '0' || *text > '9')
-        return false;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end)
-        return false;
-    *out = v;
-    return true;
-}
-
 static bool parse_size_t(const char *text, size_t *out)
 {
     uint64_t v;
-    if (!replay_parse_size(text, &v) || v > SIZE_MAX)
+    if (!parse_size(text, &v) || v > SIZE_MAX)
         return false;
     *out = (size_t)v;
     return true;
@@ -162,24 +153,18 @@ int main(int argc, char **argv)
         }
         /* --name VALUE or --name=VALUE */
         char name[32];
-        const char *value = NULL;
-        const char *eq = strchr(arg, '=');
-        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (name_len >= sizeof name)
+        const char *value;
+        if (!cli_split_option(arg, name, sizeof name, &value))
             return usage_error("unknown option '%s'", arg);
-        memcpy(name, arg, name_len);
-        name[name_len] = '\0';
         bool is_flag = strcmp(name, "--json") == 0 || strcmp(name, "--progress") == 0 ||
                        strcmp(name, "--no-progress") == 0;
         if (is_flag) {
-            if (eq)
+            if (value)
                 return usage_error("'%s' takes no value", name);
-        } else if (eq) {
-            value = eq + 1;
-        } else if (i + 1 < argc) {
+        } else if (!value) {
+            if (i + 1 >= argc)
+                return usage_error("'%s' needs a value", name);
             value = argv[++i];
-        } else {
-            return usage_error("'%s' needs a value", name);
         }
 
         if (strcmp(name, "--json") == 0) {
@@ -207,7 +192,7 @@ int main(int argc, char **argv)
             if (!parse_size_t(value, &config.pool_cap))
                 return usage_error("--pool '%s' is not a byte count", value);
         } else if (strcmp(name, "--budget") == 0) {
-            if (!replay_parse_size(value, &config.budget) || config.budget == 0)
+            if (!parse_size(value, &config.budget) || config.budget == 0)
                 return usage_error("--budget '%s' is not a byte count above 0", value);
             config.budget_set = true;
         } else if (strcmp(name, "--arena-capacity") == 0) {
@@ -246,7 +231,7 @@ int main(int argc, char **argv)
     }
 
     /* Before anything runs: a replay whose plot cannot be drawn is wasted. */
-    if (plot_path && !replay_plot_available()) {
+    if (plot_path && !gnuplot_available()) {
         fputs("ortmem-replay: --plot needs gnuplot, which is not installed (Debian: apt-get "
               "install gnuplot-nox); nothing was replayed\n",
               stderr);
@@ -291,10 +276,8 @@ int main(int argc, char **argv)
             if (timeline_path)
                 (void)remove(timeline_path);
         }
-        if (svg_fd >= 0) {
-            close(svg_fd);
-            (void)remove(plot_path);
-        }
+        if (svg_fd >= 0)
+            (void)gnuplot_svg_close(svg_fd, plot_path, false, NULL);
         replay_trace_free(&trace);
         return EXIT_USAGE;
     }
@@ -311,17 +294,14 @@ int main(int argc, char **argv)
     if (svg_fd >= 0) {
         const char *title = strcmp(trace_path, "-") == 0 ? "standard input" : trace_path;
         bool drawn = outputs_ok && replay_plot_draw(config.timeline, svg_fd, title, stderr);
-        if (close(svg_fd) != 0 && drawn) {
-            fprintf(stderr, "ortmem-replay: writing the plot '%s' failed: %s\n", plot_path,
-                    strerror(errno));
-            drawn = false;
-        }
-        if (drawn) {
+        int close_errno;
+        if (gnuplot_svg_close(svg_fd, plot_path, drawn, &close_errno))
             result.plot_path = plot_path;
-        } else {
-            (void)remove(plot_path); /* half an SVG is no plot */
+        else
             outputs_ok = false;
-        }
+        if (close_errno)
+            fprintf(stderr, "ortmem-replay: writing the plot '%s' failed: %s\n", plot_path,
+                    strerror(close_errno));
     }
     if (config.timeline && fclose(config.timeline) != 0 && outputs_ok) {
         fprintf(stderr, "ortmem-replay: writing the timeline failed: %s\n", strerror(errno));

@@ -86,10 +86,6 @@ typedef struct replay_trace {
     uint64_t alloc_largest_bytes;
 } replay_trace;
 
-/* Parses a byte count: decimal digits with an optional K/KiB, M/MiB, G/GiB or
- * T/TiB suffix (any case). Returns false on anything else or on overflow. */
-bool replay_parse_size(const char *text, uint64_t *bytes);
-
 /* Reads and validates a whole trace. On failure writes one message per bad
  * line (at most max_errors, naming path and line) to err and returns false;
  * *trace is then empty. */
@@ -220,8 +216,6 @@ void replay_timeline_header(FILE *timeline);
 void replay_timeline_row(FILE *timeline, size_t index, const replay_op *op,
                          const ortmem_vmm_stats *vmm, const ortmem_arena_stats *arena);
 
-/* True when `gnuplot --version` runs and exits 0. */
-bool replay_plot_available(void);
 /* Draws the timeline (read from its start) as an SVG into svg_fd with gnuplot;
  * title names the trace. Returns false with a message on err. */
 bool replay_plot_draw(FILE *timeline, int svg_fd, const char *title, FILE *err);
@@ -232,11 +226,5 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
                         const replay_config *config, const replay_result *result);
 void replay_report_json(FILE *out, const char *trace_path, const replay_trace *trace,
                         const replay_config *config, const replay_result *result);
-
-/* Length of the valid UTF-8 sequence at s (NUL-terminated), or 0 when it is not one. */
-size_t replay_utf8_sequence(const unsigned char *s);
-
-/* Writes s as a JSON string literal, quotes included; invalid UTF-8 becomes U+FFFD. */
-void replay_json_string(FILE *out, const char *s);
 
 #endif

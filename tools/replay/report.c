@@ -1,6 +1,8 @@
 /* Reports: a short table for people, one JSON object for scripts. */
 #include "replay.h"
 
+#include "common/json.h"
+
 #include <inttypes.h>
 #include <string.h>
 
@@ -225,81 +227,10 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
     }
 }
 
-size_t replay_utf8_sequence(const unsigned char *s)
+/* A JSON string literal; the replay's reports write \n, \r and \t by name. */
+static void json_string(FILE *out, const char *s)
 {
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-void replay_json_string(FILE *out, const char *s)
-{
-    fputc('"', out);
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned char c = *p;
-        switch (c) {
-        case '"':
-            fputs("\\\"", out);
-            p++;
-            continue;
-        case '\\':
-            fputs("\\\\", out);
-            p++;
-            continue;
-        case '\n':
-            fputs("\\n", out);
-            p++;
-            continue;
-        case '\r':
-            fputs("\\r", out);
-            p++;
-            continue;
-        case '\t':
-            fputs("\\t", out);
-            p++;
-            continue;
-        default: break;
-        }
-        if (c < 0x20 || c == 0x7f) {
-            fprintf(out, "\\u%04x", c);
-            p++;
-            continue;
-        }
-        size_t len = replay_utf8_sequence(p);
-        if (len == 0) {
-            fputs("\\ufffd", out);
-            p++;
-            continue;
-        }
-        fwrite(p, 1, len, out);
-        p += len;
-    }
-    fputc('"', out);
+    json_put_string(out, s, JSON_CONTROLS_NAMED);
 }
 
 static void json_u64(FILE *out, const char *key, uint64_t value, bool comma)
@@ -312,9 +243,9 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
 {
     const ortmem_vmm_stats *fin = &r->final, *end = &r->at_trace_end;
     fputs("{\n  \"trace\": ", out);
-    replay_json_string(out, trace_path);
+    json_string(out, trace_path);
     fputs(",\n  \"backend\": ", out);
-    replay_json_string(out, r->backend_name);
+    json_string(out, r->backend_name);
     fputs(",\n", out);
     json_u64(out, "granule_bytes", r->granule, true);
     json_u64(out, "pool_cap_bytes", config->pool_cap, true);
@@ -323,7 +254,7 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     if (config->fault) {
         const ortmem_fault_options *f = &config->fault_options;
         fputs("  \"fault\": {\"op\": ", out);
-        replay_json_string(out, ortmem_backend_op_name(f->op));
+        json_string(out, ortmem_backend_op_name(f->op));
         fprintf(out,
                 ", \"fail_at\": %" PRIu64 ", \"probability\": %.17g, \"seed\": %" PRIu64 "},\n",
                 f->fail_at, f->probability, f->seed);
@@ -374,7 +305,7 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
         fprintf(out, "  \"%s\": {", sections[s]);
         for (unsigned op = 0; op < ORTMEM_OP_COUNT; op++) {
             fprintf(out, "%s", op ? ", " : "");
-            replay_json_string(out, ortmem_backend_op_name((ortmem_backend_op)op));
+            json_string(out, ortmem_backend_op_name((ortmem_backend_op)op));
             fprintf(out, ": %" PRIu64, s == 0 ? fin->calls[op] : fin->failures[op]);
         }
         fputs("},\n", out);
@@ -393,7 +324,7 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
         const replay_holder *h = &trace->holders[i];
         const replay_holder_result *hr = &r->holders[i];
         fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-        replay_json_string(out, h->name);
+        json_string(out, h->name);
         fprintf(out,
                 ", \"role\": \"%s\", \"priority\": %d, \"reclaimable\": %s, \"declared\": %s, "
                 "\"line\": %" PRIu32 ", \"regions\": %" PRIu64 ", \"allocations\": %" PRIu64
@@ -415,17 +346,17 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     for (size_t i = 0; i < r->failures_kept; i++) {
         const replay_failure *f = &r->failures[i];
         fprintf(out, "%s\n    {\"line\": %" PRIu32 ", \"op\": ", i ? "," : "", f->line);
-        replay_json_string(out, f->what);
+        json_string(out, f->what);
         fputs(", \"status\": ", out);
-        replay_json_string(out, ortmem_status_str(f->status));
+        json_string(out, ortmem_status_str(f->status));
         fputs(", \"detail\": ", out);
-        replay_json_string(out, f->detail);
+        json_string(out, f->detail);
         fputc('}', out);
     }
     fputs(r->failures_kept ? "\n  ],\n" : "],\n", out);
     if (r->timeline_path) {
         fputs("  \"timeline\": {\"path\": ", out);
-        replay_json_string(out, r->timeline_path);
+        json_string(out, r->timeline_path);
         fprintf(out, ", \"rows\": %" PRIu64 ", \"every_ops\": %zu},\n", r->timeline_rows,
                 r->timeline_every);
     } else {
@@ -433,7 +364,7 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     }
     fputs("  \"plot\": ", out);
     if (r->plot_path)
-        replay_json_string(out, r->plot_path);
+        json_string(out, r->plot_path);
     else
         fputs("null", out);
     fputs(",\n", out);

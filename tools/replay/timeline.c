@@ -1,19 +1,14 @@
 /* Memory over time: the timeline CSV (a row of the ledger after each op, or
- * each K ops) and its plot. The plot is gnuplot's: the replay feeds it a
- * script on a pipe, with the CSV inline as a datablock, so no path has to be
- * quoted for gnuplot and the SVG goes to a descriptor opened here. */
+ * each K ops) and its plot. The plot is gnuplot's (common/gnuplot.h): this
+ * file writes its script, with the CSV inline as a datablock. */
 #include "replay.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
-#include <spawn.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "common/gnuplot.h"
+#include "common/utf8.h"
 
-extern char **environ;
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
 
 size_t replay_timeline_every(size_t op_count)
 {
@@ -38,33 +33,6 @@ void replay_timeline_row(FILE *timeline, size_t index, const replay_op *op,
             arena ? arena->committed_bytes : 0, vmm->pool_bytes);
 }
 
-/* Waits for pid; returns its exit status, or -1 when it did not exit. */
-static int wait_exit(pid_t pid)
-{
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR)
-            return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool replay_plot_available(void)
-{
-    posix_spawn_file_actions_t actions;
-    if (posix_spawn_file_actions_init(&actions) != 0)
-        return false;
-    /* Only whether it runs matters; its banner would clutter the report. */
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    char name[] = "gnuplot", version[] = "--version";
-    char *argv[] = {name, version, NULL};
-    pid_t pid;
-    int rc = posix_spawnp(&pid, name, &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    return rc == 0 && wait_exit(pid) == 0;
-}
-
 /* The title as a gnuplot single-quoted string's inside: ' doubles, and what
  * would break the script or the SVG's XML (control bytes, invalid UTF-8)
  * becomes '?'. gnuplot's svg terminal escapes & and < itself. */
@@ -72,7 +40,7 @@ static void put_title_text(FILE *script, const char *text)
 {
     const unsigned char *p = (const unsigned char *)text;
     while (*p) {
-        size_t len = replay_utf8_sequence(p);
+        size_t len = utf8_sequence_length(p);
         if (len == 0 || *p < 0x20 || *p == 0x7f) {
             fputc('?', script);
             p++;
@@ -155,25 +123,17 @@ static void put_script(FILE *script, FILE *timeline, const char *title)
     fputc('\n', script);
 }
 
-/* Starts gnuplot reading its script from script_fd and writing to svg_fd.
- * Its stderr stays ours, so gnuplot's own complaints reach the user. */
-static bool spawn_gnuplot(int script_fd, int svg_fd, pid_t *pid, FILE *err)
+/* What the script is drawn from: the timeline, read back from its start. */
+typedef struct timeline_plot {
+    FILE *timeline;
+    const char *title;
+} timeline_plot;
+
+static const char *write_timeline_script(FILE *script, void *context)
 {
-    posix_spawn_file_actions_t actions;
-    int rc = posix_spawn_file_actions_init(&actions);
-    if (rc == 0) {
-        rc = posix_spawn_file_actions_adddup2(&actions, script_fd, 0);
-        if (rc == 0)
-            rc = posix_spawn_file_actions_adddup2(&actions, svg_fd, 1);
-        char name[] = "gnuplot";
-        char *argv[] = {name, NULL};
-        if (rc == 0)
-            rc = posix_spawnp(pid, name, &actions, NULL, argv, environ);
-        posix_spawn_file_actions_destroy(&actions);
-    }
-    if (rc != 0)
-        fprintf(err, "ortmem-replay: plot: cannot run gnuplot: %s\n", strerror(rc));
-    return rc == 0;
+    const timeline_plot *plot = context;
+    put_script(script, plot->timeline, plot->title);
+    return ferror(plot->timeline) ? "reading the timeline back failed" : NULL;
 }
 
 bool replay_plot_draw(FILE *timeline, int svg_fd, const char *title, FILE *err)
@@ -182,48 +142,6 @@ bool replay_plot_draw(FILE *timeline, int svg_fd, const char *title, FILE *err)
         fprintf(err, "ortmem-replay: plot: cannot read the timeline back: %s\n", strerror(errno));
         return false;
     }
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        fprintf(err, "ortmem-replay: plot: pipe: %s\n", strerror(errno));
-        return false;
-    }
-    pid_t pid;
-    bool spawned = spawn_gnuplot(fds[0], svg_fd, &pid, err);
-    close(fds[0]);
-    if (!spawned) {
-        close(fds[1]);
-        return false;
-    }
-    /* gnuplot may quit before reading everything: its end of the pipe
-     * closing must make a write fail, not kill the replay. */
-    struct sigaction ignore, old;
-    memset(&ignore, 0, sizeof ignore);
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    sigaction(SIGPIPE, &ignore, &old);
-    FILE *script = fdopen(fds[1], "w");
-    int fdopen_errno = script ? 0 : errno;
-    bool read_failed = false, write_failed = false;
-    if (script) {
-        put_script(script, timeline, title);
-        read_failed = ferror(timeline) != 0;
-        /* A script cut short could still draw half a plot and exit 0. */
-        write_failed = ferror(script) != 0;
-        write_failed = fclose(script) != 0 || write_failed;
-    } else {
-        close(fds[1]); /* gnuplot sees an empty script and ends */
-    }
-    sigaction(SIGPIPE, &old, NULL);
-    int status = wait_exit(pid);
-    if (!script)
-        fprintf(err, "ortmem-replay: plot: %s\n", strerror(fdopen_errno));
-    else if (read_failed)
-        fprintf(err, "ortmem-replay: plot: reading the timeline back failed\n");
-    else if (status < 0)
-        fprintf(err, "ortmem-replay: plot: gnuplot was killed by a signal\n");
-    else if (status != 0)
-        fprintf(err, "ortmem-replay: plot: gnuplot exited with status %d\n", status);
-    else if (write_failed)
-        fprintf(err, "ortmem-replay: plot: gnuplot did not read the whole script\n");
-    return script && !read_failed && !write_failed && status == 0;
+    timeline_plot plot = {.timeline = timeline, .title = title};
+    return gnuplot_draw(svg_fd, write_timeline_script, &plot, "ortmem-replay: plot", err);
 }

@@ -2,6 +2,8 @@
  * operation runs, so a bad line costs nothing but its error message. */
 #include "replay.h"
 
+#include "common/number.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -9,7 +11,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #define REPLAY_MAX_TOKENS 8
 #define NO_OBJECT UINT32_MAX
@@ -34,44 +35,6 @@ static const char *const kind_usage[REPLAY_KIND_COUNT] = {
 const char *replay_kind_name(replay_kind kind)
 {
     return (unsigned)kind < REPLAY_KIND_COUNT ? kind_names[kind] : "?";
-}
-
-bool replay_parse_size(const char *text, uint64_t *bytes)
-{
-    if (!text || !isdigit((unsigned char)*text))
-        return false;
-    uint64_t value = 0;
-    const char *p = text;
-    for (; isdigit((unsigned char)*p); p++) {
-        unsigned digit = (unsigned)(*p - '0');
-        if (value > (UINT64_MAX - digit) / 10)
-            return false;
-        value = value * 10 + digit;
-    }
-    unsigned shift = 0;
-    if (*p) {
-        static const struct {
-            const char *suffix;
-            unsigned shift;
-        } suffixes[] = {
-            {"k", 10}, {"kib", 10}, {"m", 20}, {"mib", 20},
-            {"g", 30}, {"gib", 30}, {"t", 40}, {"tib", 40},
-        };
-        bool known = false;
-        for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-            if (strcasecmp(p, suffixes[i].suffix) == 0) {
-                shift = suffixes[i].shift;
-                known = true;
-                break;
-            }
-        }
-        if (!known)
-            return false;
-    }
-    if (shift && value > (UINT64_MAX >> shift))
-        return false;
-    *bytes = value << shift;
-    return true;
 }
 
 /* ---- names: every ID, with the objects it names right now ---- */
@@ -379,7 +342,7 @@ static void parse_holder(parser *ps, uint32_t line, char **tok, size_t args)
 
 static bool size_arg(parser *ps, uint32_t line, const char *what, const char *token, uint64_t *out)
 {
-    if (replay_parse_size(token, out) && *out <= SIZE_MAX)
+    if (parse_size(token, out) && *out <= SIZE_MAX)
         return true;
     parse_error(ps, line,
                 "%s '%s' is not a byte count (digits with an optional KiB, MiB or GiB "
