@@ -1032,3 +1032,42 @@ Test(deferred, fence_holder_and_authority_stay_while_a_release_waits)
     OK(ortmem_holder_unregister(h));
     gov_free(&g);
 }
+
+/* An event fence asks the backend about an event recorded on a stream: on
+ * the CPU backend the work before it is done at once, so the next poll
+ * releases; the event is recorded, queried and released through the backend. */
+Test(deferred, an_event_fence_releases_once_its_stream_event_completed)
+{
+    gov g = gov_new(20, 0);
+    ortmem_holder *h = holder_new(&g, "kv");
+    ortmem_region *r = region_for(&g, h, 4 * G);
+    OK(ortmem_region_commit(r, 0, 2 * G));
+    ortmem_fence *f = NULL;
+    OK(ortmem_fence_create_event(g.backend, 0, &f));
+    EXPECT_STATUS(ortmem_fence_signal(f), ORTMEM_E_STATE);
+    OK(ortmem_region_decommit_after(r, 0, 2 * G, f));
+    ortmem_release_report rr = release_report();
+    OK(ortmem_authority_poll(g.authority, &rr));
+    cr_assert_eq(rr.completed, 1);
+    cr_assert_eq(report_of(&g).owned_bytes, 0);
+    OK(ortmem_fence_destroy(f));
+    ortmem_vmm_stats s = stats_of(g.backend);
+    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RECORD], 1);
+    cr_assert_geq(s.calls[ORTMEM_OP_EVENT_QUERY], 1);
+    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RELEASE], 1);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_holder_unregister(h));
+    gov_free(&g);
+}
+
+Test(deferred, an_event_fence_that_cannot_record_is_refused)
+{
+    ortmem_backend *fault = NULL;
+    gov g = fault_gov(ORTMEM_OP_EVENT_RECORD, 1, &fault);
+    ortmem_fence *f = NULL;
+    EXPECT_STATUS(ortmem_fence_create_event(fault, 0, &f), ORTMEM_E_BACKEND);
+    cr_assert_null(f);
+    cr_assert(strstr(ortmem_last_error(), "fence create (event on stream 0x0)"), "%s",
+              ortmem_last_error());
+    gov_free(&g);
+}

@@ -185,6 +185,12 @@ ORTMEM_API ortmem_status ortmem_fence_create(ortmem_fence **out);
  * own streams. query runs without any ortmem lock held. */
 ORTMEM_API ortmem_status ortmem_fence_create_query(ortmem_fence_query_fn query, void *user,
                                                    ortmem_fence **out);
+/* A fence completed when the work enqueued on stream so far has finished: an
+ * event recorded now through the backend (ortmem_backend_event_record). A
+ * release tied to it waits for that stream only, never for the whole device.
+ * The backend must outlive the fence. */
+ORTMEM_API ortmem_status ortmem_fence_create_event(ortmem_backend *backend, uint64_t stream,
+                                                   ortmem_fence **out);
 ORTMEM_API ortmem_status ortmem_fence_signal(ortmem_fence *fence);
 /* ORTMEM_OK when complete, ORTMEM_E_BUSY when not yet. */
 ORTMEM_API ortmem_status ortmem_fence_query(ortmem_fence *fence);

@@ -1,5 +1,8 @@
-/* Fences: the CPU backend's kind completes when signalled; a query fence asks
- * the engine (which tracks its own streams) through a callback. */
+/* Fences: a signalled fence completes when signalled (the CPU backend's
+ * kind); a query fence asks the engine (which tracks its own streams) through
+ * a callback; an event fence asks the backend whether an event recorded on a
+ * stream completed, so a release waits for that stream and never for the
+ * whole device. */
 #include "governance/fence.h"
 
 #include <stdatomic.h>
@@ -14,7 +17,15 @@ struct ortmem_fence {
     ortmem_fence_query_fn query;
     void *user;
     _Atomic uint64_t pending; /* deferred releases waiting on it */
+    ortmem_backend *backend;  /* event fences: the backend that recorded the event */
+    uint64_t event;
 };
+
+static int om_event_done(void *user)
+{
+    ortmem_fence *f = user;
+    return ortmem_backend_event_query(f->backend, f->event) == ORTMEM_OK;
+}
 
 static ortmem_status om_fence_new(ortmem_fence_query_fn query, void *user, ortmem_fence **out)
 {
@@ -46,6 +57,30 @@ ortmem_status ortmem_fence_create_query(ortmem_fence_query_fn query, void *user,
     if (!query)
         return OM_ERR(ORTMEM_E_INVALID, "fence create: query is NULL");
     return om_fence_new(query, user, out);
+}
+
+ortmem_status ortmem_fence_create_event(ortmem_backend *backend, uint64_t stream,
+                                        ortmem_fence **out)
+{
+    om_error_clear();
+    if (!out)
+        return OM_ERR(ORTMEM_E_INVALID, "fence create: out is NULL");
+    uint64_t event = 0;
+    ortmem_status st = ortmem_backend_event_record(backend, stream, &event);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "fence create (event on stream 0x%llx)",
+                             (unsigned long long)stream);
+    ortmem_fence *f = NULL;
+    st = om_fence_new(om_event_done, NULL, &f);
+    if (st != ORTMEM_OK) {
+        (void)ortmem_backend_event_release(backend, event);
+        return st;
+    }
+    f->user = f;
+    f->backend = backend;
+    f->event = event;
+    *out = f;
+    return ORTMEM_OK;
 }
 
 ortmem_status ortmem_fence_signal(ortmem_fence *f)
@@ -118,6 +153,8 @@ ortmem_status ortmem_fence_destroy(ortmem_fence *f)
         return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu deferred releases still wait on it",
                       (unsigned long long)pending);
     }
+    if (f->backend)
+        (void)ortmem_backend_event_release(f->backend, f->event);
     free(f);
     om_handle_end_destroy();
     return ORTMEM_OK;
