@@ -290,7 +290,7 @@ typedef struct ortmem_device_id {
 
 typedef struct ortmem_device_options {
     size_t struct_size;
-    uint64_t limit_bytes; /* the authority's limit; 0 = 16 GiB for CPU devices */
+    uint64_t limit_bytes; /* the authority's limit; 0 = 16 GiB (CPU and CUDA devices alike) */
     size_t granule;       /* 0 = the backend's default */
 } ortmem_device_options;
 
@@ -300,8 +300,8 @@ typedef struct ortmem_device_options {
     }
 
 /* Returns the device (kind, ordinal), creating its backend and authority on
- * first use with options (ignored afterwards; NULL = defaults). CUDA is
- * ORTMEM_E_UNAVAILABLE until the CUDA backend exists. */
+ * first use with options (ignored afterwards; NULL = defaults). A CUDA device
+ * without a driver or GPU is ORTMEM_E_UNAVAILABLE, with the reason. */
 ORTMEM_API ortmem_status ortmem_device_get(ortmem_device_kind kind, int ordinal,
                                            const ortmem_device_options *options,
                                            ortmem_device_id *id);
