@@ -531,7 +531,8 @@ Test(kv_cache, bucket_growth_copies_the_live_prefix_and_bumps_the_generation_exa
                     for (int v = 0; v < 2; v++)
                         old[layer][v] = binding_of(q->s, layer, v);
                 ortmem_kv_stats s0 = kv_stats(t.cache);
-                uint64_t copies0 = stats_of(t.backend).calls[ORTMEM_OP_COPY];
+                ortmem_vmm_stats b0 = stats_of(t.backend);
+                uint64_t copies0 = b0.calls[ORTMEM_OP_COPY_ASYNC];
                 uint64_t from = q->len;
                 grow(&t, q, growth_steps[i]);
                 uint64_t cap = ortmem_kv_bucket(q->len, t.min_bucket, 3000);
@@ -558,13 +559,20 @@ Test(kv_cache, bucket_growth_copies_the_live_prefix_and_bumps_the_generation_exa
                                  "%s: move at %llu tokens copies the live prefix",
                                  ortmem_kv_layout_name(layouts[l]), (unsigned long long)from);
                     cr_assert_eq(s1.generations_bumped, s0.generations_bumped + 1);
-                    if (from)
-                        cr_assert_gt(stats_of(t.backend).calls[ORTMEM_OP_COPY], copies0,
-                                     "a real copy through the backend");
+                    ortmem_vmm_stats b1 = stats_of(t.backend);
+                    if (from) {
+                        cr_assert_gt(b1.calls[ORTMEM_OP_COPY_ASYNC], copies0,
+                                     "a real copy on the cache's stream");
+                        cr_assert_eq(b1.calls[ORTMEM_OP_EVENT_RECORD],
+                                     b0.calls[ORTMEM_OP_EVENT_RECORD] + 1,
+                                     "one event orders the old bucket's release after the copies");
+                        cr_assert_eq(b1.calls[ORTMEM_OP_EVENT_RELEASE],
+                                     b0.calls[ORTMEM_OP_EVENT_RELEASE] + 1);
+                    }
                 } else {
                     cr_assert_eq(s1.growth_copied_bytes, s0.growth_copied_bytes);
                     cr_assert_eq(s1.generations_bumped, s0.generations_bumped);
-                    cr_assert_eq(stats_of(t.backend).calls[ORTMEM_OP_COPY], copies0);
+                    cr_assert_eq(stats_of(t.backend).calls[ORTMEM_OP_COPY_ASYNC], copies0);
                 }
                 cr_assert_eq(s1.committed_bytes, predicted(&t, ORTMEM_KV_BUCKET, q->len));
                 assert_intact(&t, q, "bucket growth");

@@ -150,12 +150,13 @@ typedef struct ortmem_kv_cache_options {
     int prefix_cache;             /* keep published prefixes for reuse (stable strategy) */
     int priority;                 /* of the cache's holders */
     ortmem_backend *host_backend; /* swap tier; NULL = no swap */
+    uint64_t stream;              /* bucket growth copies on this stream (0 = default) */
 } ortmem_kv_cache_options;
 
 #define ORTMEM_KV_CACHE_OPTIONS_INIT                                                               \
     {                                                                                              \
         sizeof(ortmem_kv_cache_options), ORTMEM_KV_GEOMETRY_INIT, ORTMEM_KV_AUTO, 0, 0, 0, 0, 0,   \
-            0, 0, 0, NULL                                                                          \
+            0, 0, 0, NULL, 0                                                                       \
     }
 
 /* Creates a cache on the authority's backend. It registers two holders, "kv"

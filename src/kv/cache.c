@@ -346,6 +346,7 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     c->max_sequences = o.max_sequences;
     c->zero_tail = o.zero_tail != 0;
     c->host_backend = o.host_backend;
+    c->stream = o.stream;
     om_choose(c, &o);
     c->prefix_cache = o.prefix_cache && c->strategy == ORTMEM_KV_STABLE;
     if (o.prefix_cache && !c->prefix_cache)

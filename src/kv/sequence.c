@@ -3,6 +3,7 @@
  * tokens land in; a bucket sequence holds a whole power-of-two bucket and
  * moves to the next one, copying its live prefix, when it outgrows it. */
 #include <stdio.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,14 +288,33 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
     if (st != ORTMEM_OK)
         return st;
     st = ortmem_region_commit(next.region, 0, ortmem_region_size(next.region));
+    /* The live prefix moves on the cache's stream; the old bucket goes once
+     * an event after the copies completed: that stream is waited for, never
+     * the whole device. */
+    uint8_t *from_base = s->region ? ortmem_region_base(s->region) : NULL;
+    uint8_t *to_base = ortmem_region_base(next.region);
+    bool copied = false;
     for (uint64_t f = 0; st == ORTMEM_OK && s->region && s->length && f < c->fragments; f++) {
         uint64_t from_off, to_off, len;
         st = om_kv_fragment(c, s->capacity, f, &from_off, &len);
         if (st == ORTMEM_OK)
             st = om_kv_fragment(c, cap, f, &to_off, &len);
         if (st == ORTMEM_OK)
-            st =
-                ortmem_region_copy(next.region, to_off, s->region, from_off, s->length * c->contig);
+            st = ortmem_backend_copy_async(c->backend, to_base + to_off, from_base + from_off,
+                                           s->length * c->contig, c->stream);
+        copied = copied || st == ORTMEM_OK;
+    }
+    if (copied) {
+        uint64_t event = 0;
+        ortmem_status wait = ortmem_backend_event_record(c->backend, c->stream, &event);
+        while (wait == ORTMEM_OK &&
+               (wait = ortmem_backend_event_query(c->backend, event)) == ORTMEM_E_BUSY)
+            sched_yield();
+        if (event) {
+            ortmem_status released = ortmem_backend_event_release(c->backend, event);
+            wait = wait == ORTMEM_OK ? released : wait;
+        }
+        st = st == ORTMEM_OK ? wait : st;
     }
     if (st != ORTMEM_OK) {
         char detail[512];
