@@ -307,9 +307,9 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
     if (copied) {
         uint64_t event = 0;
         ortmem_status wait = ortmem_backend_event_record(c->backend, c->stream, &event);
-        while (wait == ORTMEM_OK &&
-               (wait = ortmem_backend_event_query(c->backend, event)) == ORTMEM_E_BUSY)
-            sched_yield();
+        if (wait == ORTMEM_OK)
+            while ((wait = ortmem_backend_event_query(c->backend, event)) == ORTMEM_E_BUSY)
+                sched_yield();
         if (event) {
             ortmem_status released = ortmem_backend_event_release(c->backend, event);
             wait = wait == ORTMEM_OK ? released : wait;

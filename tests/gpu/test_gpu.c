@@ -642,7 +642,13 @@ Test(gpu, kv_cache_bucket_growth_copies_on_the_device)
     ortmem_kv_binding before = binding_of(s, 0, 0);
     size_t row = (size_t)before.token_stride * 200;
     put(b, before.base, row, 310);
+    ortmem_vmm_stats ops0 = stats_of(b);
     OK(ortmem_kv_seq_append(s, 5000));
+    ortmem_vmm_stats ops1 = stats_of(b);
+    cr_assert_gt(ops1.calls[ORTMEM_OP_COPY_ASYNC], ops0.calls[ORTMEM_OP_COPY_ASYNC],
+                 "the live prefix moves as async copies on the cache's stream");
+    cr_assert_eq(ops1.calls[ORTMEM_OP_EVENT_RECORD], ops0.calls[ORTMEM_OP_EVENT_RECORD] + 1);
+    cr_assert_eq(ops1.calls[ORTMEM_OP_EVENT_RELEASE], ops0.calls[ORTMEM_OP_EVENT_RELEASE] + 1);
     ortmem_kv_binding after = binding_of(s, 0, 0);
     cr_assert_neq(after.generation, before.generation, "bucket growth bumps the generation");
     cr_assert(matches(b, after.base, row, 310), "the live tokens moved with the bucket");
