@@ -1,9 +1,9 @@
-/* Bucket growth against a backend whose stream work completes late: copies
- * enqueued with copy_async run only when an event recorded after them is
- * queried to completion, and each event reports busy a few times first (as a
- * device stream does while the copy engine works). Growth must hand every
+/* Bucket growth and swap against a backend whose stream work completes late:
+ * copies enqueued with copy_async run only when an event recorded after them
+ * is queried to completion, and each event reports busy a few times first (as
+ * a device stream does while the copy engine works). Both must hand every
  * copy to the cache's stream, wait on its event through the busy answers, and
- * keep the old bucket mapped until then; the moved tokens must be intact. */
+ * keep the source mapped until then; the moved tokens must be intact. */
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -206,29 +206,55 @@ static uint64_t tokens_pass(ortmem_kv_seq *s, uint64_t from, uint64_t to, uint64
     return bad;
 }
 
-Test(kv_streams, bucket_growth_waits_for_its_stream_through_busy_events)
-{
+typedef struct late_env {
     late_backend state;
-    ortmem_backend *backend = late_backend_create(&state);
+    ortmem_backend *backend, *host;
+    ortmem_authority *authority;
+    ortmem_kv_cache *cache;
+} late_env;
+
+static void late_env_open(late_env *e, ortmem_kv_strategy strategy, int with_host)
+{
+    e->backend = late_backend_create(&e->state);
+    e->host = with_host ? test_backend() : NULL;
     ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
     ao.limit_bytes = 1ull << 30;
-    ortmem_authority *authority = NULL;
-    OK(ortmem_authority_create(backend, &ao, &authority));
+    e->authority = NULL;
+    OK(ortmem_authority_create(e->backend, &ao, &e->authority));
     ortmem_kv_cache_options o = ORTMEM_KV_CACHE_OPTIONS_INIT;
     o.geometry.layers = 2;
     o.geometry.kv_heads = 2;
     o.geometry.head_dim = 64;
     o.geometry.dtype = ORTMEM_KV_F16;
     o.geometry.layout = ORTMEM_KV_HEAD_MAJOR;
-    o.strategy = ORTMEM_KV_BUCKET;
+    o.strategy = strategy;
     o.max_context = 4096;
     o.stream = CACHE_STREAM;
-    ortmem_kv_cache *cache = NULL;
-    OK(ortmem_kv_cache_create(authority, &o, &cache));
-    ortmem_kv_seq *s = NULL;
-    OK(ortmem_kv_seq_create(cache, &s));
+    o.host_backend = e->host;
+    e->cache = NULL;
+    OK(ortmem_kv_cache_create(e->authority, &o, &e->cache));
+}
 
-    const uint64_t row = 64 * 2; /* one head of one token, f16 */
+static void late_env_close(late_env *e)
+{
+    OK(ortmem_kv_cache_destroy(e->cache));
+    OK(ortmem_authority_destroy(e->authority));
+    OK(ortmem_backend_destroy(e->backend));
+    if (e->host)
+        OK(ortmem_backend_destroy(e->host));
+}
+
+#define ROW_BYTES ((uint64_t)64 * 2) /* one head of one token, f16 */
+
+Test(kv_streams, bucket_growth_waits_for_its_stream_through_busy_events)
+{
+    late_env e;
+    late_env_open(&e, ORTMEM_KV_BUCKET, 0);
+    late_backend *state = &e.state;
+    ortmem_kv_seq *s = NULL;
+    OK(ortmem_kv_seq_create(e.cache, &s));
+
+    const uint64_t row = ROW_BYTES;
     static const uint64_t lengths[] = {200, 256, 257, 700, 1500, 4096};
     uint64_t len = 0, moves = 0;
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
@@ -239,21 +265,42 @@ Test(kv_streams, bucket_growth_waits_for_its_stream_through_busy_events)
         ortmem_kv_binding after = {.struct_size = sizeof after};
         OK(ortmem_kv_seq_binding(s, 0, 0, &after));
         moves += len && after.base != before.base;
-        cr_assert_eq(state.done, state.queued, "every queued copy ran before append returned");
+        cr_assert_eq(state->done, state->queued, "every queued copy ran before append returned");
         cr_assert_eq(tokens_pass(s, 0, len, row, 1), 0, "tokens [0, %llu) intact at %llu",
                      (unsigned long long)len, (unsigned long long)lengths[i]);
         tokens_pass(s, len, lengths[i], row, 0);
         len = lengths[i];
     }
     cr_assert_eq(moves, 4, "256 -> 512 -> 1024 -> 2048 -> 4096");
-    cr_assert_eq(state.events, moves, "one event per move");
-    cr_assert_eq(state.released, state.events, "every event is released");
-    cr_assert_eq(state.busy_answers, moves * BUSY_QUERIES, "growth queried through every busy");
-    cr_assert_eq(state.other_streams, 0, "all growth work is on the cache's stream");
-    cr_assert_gt(state.queued, moves, "the live prefix moves as one copy per fragment");
+    cr_assert_eq(state->events, moves, "one event per move");
+    cr_assert_eq(state->released, state->events, "every event is released");
+    cr_assert_eq(state->busy_answers, moves * BUSY_QUERIES, "growth queried through every busy");
+    cr_assert_eq(state->other_streams, 0, "all growth work is on the cache's stream");
+    cr_assert_gt(state->queued, moves, "the live prefix moves as one copy per fragment");
 
     OK(ortmem_kv_seq_destroy(s));
-    OK(ortmem_kv_cache_destroy(cache));
-    OK(ortmem_authority_destroy(authority));
-    OK(ortmem_backend_destroy(backend));
+    late_env_close(&e);
+}
+
+Test(kv_streams, swap_waits_for_its_stream_before_releasing_either_side)
+{
+    late_env e;
+    late_env_open(&e, ORTMEM_KV_STABLE, 1);
+    ortmem_kv_seq *s = NULL;
+    OK(ortmem_kv_seq_create(e.cache, &s));
+    OK(ortmem_kv_seq_append(s, 1000));
+    tokens_pass(s, 0, 1000, ROW_BYTES, 0);
+    OK(ortmem_kv_seq_swap_out(s));
+    cr_assert_eq(e.state.events, 1, "one event orders the device release after the copies");
+    cr_assert_eq(e.state.done, e.state.queued, "swap-out returned after its copies ran");
+    cr_assert_gt(e.state.queued, 1, "one copy per fragment");
+    OK(ortmem_kv_seq_swap_in(s));
+    cr_assert_eq(e.state.events, 2);
+    cr_assert_eq(e.state.done, e.state.queued, "swap-in returned after its copies ran");
+    cr_assert_eq(tokens_pass(s, 0, 1000, ROW_BYTES, 1), 0, "byte for byte after the round trip");
+    cr_assert_eq(e.state.busy_answers, 2 * BUSY_QUERIES);
+    cr_assert_eq(e.state.released, 2);
+    cr_assert_eq(e.state.other_streams, 0, "swap copies run on the cache's stream");
+    OK(ortmem_kv_seq_destroy(s));
+    late_env_close(&e);
 }

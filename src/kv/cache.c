@@ -1,6 +1,5 @@
 /* The KV cache: creation, the strategy choice, layout helpers shared by the
  * sequence code, the zero tail and the stats. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,16 +251,7 @@ static void om_choose(ortmem_kv_cache *c, const ortmem_kv_cache_options *o)
 static ortmem_status om_zero_granule(ortmem_backend *backend, void *base, size_t len)
 {
     ortmem_status st = ortmem_backend_memset_async(backend, base, 0, len, 0);
-    uint64_t event = 0;
-    if (st == ORTMEM_OK)
-        st = ortmem_backend_event_record(backend, 0, &event);
-    while (st == ORTMEM_OK && (st = ortmem_backend_event_query(backend, event)) == ORTMEM_E_BUSY)
-        sched_yield();
-    if (event) {
-        ortmem_status released = ortmem_backend_event_release(backend, event);
-        st = st == ORTMEM_OK ? released : st;
-    }
-    return st;
+    return st == ORTMEM_OK ? om_kv_stream_wait(backend, 0) : st;
 }
 
 static ortmem_status om_register_holder(ortmem_kv_cache *c, const char *name, int priority,

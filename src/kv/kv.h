@@ -89,6 +89,8 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
  * sequence region (after commits), or unmaps it from [from, to) tokens. */
 ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s);
 ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to);
+/* Returns once the work enqueued on stream so far has completed (one event). */
+ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream);
 
 /* Prefix cache (prefix_cache.c). */
 om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count);

@@ -3,7 +3,6 @@
  * tokens land in; a bucket sequence holds a whole power-of-two bucket and
  * moves to the next one, copying its live prefix, when it outgrows it. */
 #include <stdio.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,15 +304,7 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
         copied = copied || st == ORTMEM_OK;
     }
     if (copied) {
-        uint64_t event = 0;
-        ortmem_status wait = ortmem_backend_event_record(c->backend, c->stream, &event);
-        if (wait == ORTMEM_OK)
-            while ((wait = ortmem_backend_event_query(c->backend, event)) == ORTMEM_E_BUSY)
-                sched_yield();
-        if (event) {
-            ortmem_status released = ortmem_backend_event_release(c->backend, event);
-            wait = wait == ORTMEM_OK ? released : wait;
-        }
+        ortmem_status wait = om_kv_stream_wait(c->backend, c->stream);
         st = st == ORTMEM_OK ? wait : st;
     }
     if (st != ORTMEM_OK) {

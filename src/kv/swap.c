@@ -10,20 +10,28 @@
 #include "kv/kv.h"
 
 /* Copies every fragment's first `tokens` tokens between the two regions'
- * same offsets, through the device backend's copy (it reaches host memory). */
+ * same offsets on the cache's stream (the device backend reaches host
+ * memory) and returns once they completed, failed or not: nothing may be
+ * released while a copy still reads or writes it. */
 static ortmem_status om_copy_live(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_region *to,
                                   ortmem_region *from)
 {
     uint8_t *dst = ortmem_region_base(to), *src = ortmem_region_base(from);
-    for (uint64_t f = 0; f < c->fragments; f++) {
+    ortmem_status st = ORTMEM_OK;
+    bool enqueued = false;
+    for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
         uint64_t off, len;
-        ortmem_status st = om_kv_fragment(c, s->capacity, f, &off, &len);
-        if (st == ORTMEM_OK)
-            st = ortmem_backend_copy(c->backend, dst + off, src + off, s->length * c->contig);
-        if (st != ORTMEM_OK)
-            return st;
+        st = om_kv_fragment(c, s->capacity, f, &off, &len);
+        if (st == ORTMEM_OK && s->length)
+            st = ortmem_backend_copy_async(c->backend, dst + off, src + off, s->length * c->contig,
+                                           c->stream);
+        enqueued = enqueued || (st == ORTMEM_OK && s->length);
     }
-    return ORTMEM_OK;
+    if (enqueued) {
+        ortmem_status wait = om_kv_stream_wait(c->backend, c->stream);
+        st = st == ORTMEM_OK ? wait : st;
+    }
+    return st;
 }
 
 /* The live ranges of s (stable) or the whole bucket. */
