@@ -1675,7 +1675,8 @@ static void fault_sweep(ortmem_kv_strategy strategy)
     cr_assert_gt(total, 60, "%s: the workload makes %llu backend calls", name,
                  (unsigned long long)total);
     ortmem_vmm_stats s = stats_of(clean);
-    cr_assert_gt(s.calls[ORTMEM_OP_COPY], 0, "copies are in the workload");
+    cr_assert_gt(s.calls[ORTMEM_OP_COPY_ASYNC], 0, "copies are in the workload");
+    cr_assert_gt(s.calls[ORTMEM_OP_EVENT_RECORD], 0, "and the events they are waited on");
     OK(ortmem_backend_destroy(clean));
     OK(ortmem_backend_destroy(cpu));
 

@@ -1,7 +1,7 @@
-/* Bucket growth and swap against a backend whose stream work completes late:
+/* Bucket growth, swap and fork against a backend whose stream work completes late:
  * copies enqueued with copy_async run only when an event recorded after them
  * is queried to completion, and each event reports busy a few times first (as
- * a device stream does while the copy engine works). Both must hand every
+ * a device stream does while the copy engine works). Each must hand every
  * copy to the cache's stream, wait on its event through the busy answers, and
  * keep the source mapped until then; the moved tokens must be intact. */
 #include <stdint.h>
@@ -302,5 +302,25 @@ Test(kv_streams, swap_waits_for_its_stream_before_releasing_either_side)
     cr_assert_eq(e.state.released, 2);
     cr_assert_eq(e.state.other_streams, 0, "swap copies run on the cache's stream");
     OK(ortmem_kv_seq_destroy(s));
+    late_env_close(&e);
+}
+
+Test(kv_streams, a_fork_copies_its_partial_granules_on_the_stream)
+{
+    late_env e;
+    late_env_open(&e, ORTMEM_KV_BUCKET, 0);
+    ortmem_kv_seq *parent = NULL, *child = NULL;
+    OK(ortmem_kv_seq_create(e.cache, &parent));
+    OK(ortmem_kv_seq_append(parent, 300)); /* 300 of a 512-token bucket: partial granules */
+    tokens_pass(parent, 0, 300, ROW_BYTES, 0);
+    OK(ortmem_kv_seq_fork(parent, &child));
+    cr_assert_eq(e.state.events, 1, "the fork waits on one event");
+    cr_assert_gt(e.state.queued, 0, "the partial granules are copied on the stream");
+    cr_assert_eq(e.state.done, e.state.queued, "the fork returned after its copies ran");
+    cr_assert_eq(e.state.other_streams, 0);
+    cr_assert_eq(tokens_pass(child, 0, 300, ROW_BYTES, 1), 0,
+                 "the child reads the parent's tokens");
+    OK(ortmem_kv_seq_destroy(child));
+    OK(ortmem_kv_seq_destroy(parent));
     late_env_close(&e);
 }

@@ -117,7 +117,9 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
     if (st == ORTMEM_OK && copy_partial && partial_count) {
         st = ortmem_region_commit_ranges(dst, partial, partial_count);
         /* Copy only the live bytes of the partial granules: a whole-granule
-         * copy would read (and fault in) pages nobody wrote. */
+         * copy would read (and fault in) pages nobody wrote. The copies run
+         * on the cache's stream and are waited for before returning. */
+        uint8_t *to = ortmem_region_base(dst), *from = ortmem_region_base(src);
         uint64_t copied = 0;
         for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
             uint64_t off, len;
@@ -128,9 +130,14 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
                     continue;
                 uint64_t lo = k * g > off ? k * g : off;
                 uint64_t hi = (k + 1) * g < end ? (k + 1) * g : end;
-                st = ortmem_region_copy(dst, (size_t)lo, src, (size_t)lo, (size_t)(hi - lo));
-                copied += hi - lo;
+                st = ortmem_backend_copy_async(c->backend, to + lo, from + lo, (size_t)(hi - lo),
+                                               c->stream);
+                copied += st == ORTMEM_OK ? hi - lo : 0;
             }
+        }
+        if (copied) {
+            ortmem_status wait = om_kv_stream_wait(c->backend, c->stream);
+            st = st == ORTMEM_OK ? wait : st;
         }
         if (st == ORTMEM_OK) {
             pthread_mutex_lock(&c->lock);
