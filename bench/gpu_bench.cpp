@@ -39,46 +39,6 @@
 namespace ortmem_bench
 {
 
-// ortmem-gpu-bench does not link main.cpp (its own main, no jemalloc): these
-// are the harness helpers it shares with ortmem-bench, as main.cpp has them.
-bool ok_or_skip(benchmark::State &state, ortmem_status status, const char *call)
-{
-    if (status == ORTMEM_OK)
-        return true;
-    std::string message =
-        std::string(call) + " -> " + ortmem_status_str(status) + ": " + ortmem_last_error();
-    state.SkipWithError(message.c_str());
-    return false;
-}
-
-ortmem_vmm_stats backend_stats(ortmem_backend *backend)
-{
-    ortmem_vmm_stats stats{};
-    stats.struct_size = sizeof stats;
-    if (ortmem_backend_stats(backend, &stats) != ORTMEM_OK) {
-        stats = ortmem_vmm_stats{};
-        stats.struct_size = sizeof stats;
-    }
-    return stats;
-}
-
-void report_backend_calls(benchmark::State &state, const ortmem_vmm_stats &before,
-                          const ortmem_vmm_stats &after, double per)
-{
-    auto delta = [per](uint64_t was, uint64_t now) { return static_cast<double>(now - was) / per; };
-    state.counters["map_calls"] = delta(before.calls[ORTMEM_OP_MAP], after.calls[ORTMEM_OP_MAP]);
-    state.counters["unmap_calls"] =
-        delta(before.calls[ORTMEM_OP_UNMAP], after.calls[ORTMEM_OP_UNMAP]);
-    state.counters["set_access_calls"] =
-        delta(before.calls[ORTMEM_OP_SET_ACCESS], after.calls[ORTMEM_OP_SET_ACCESS]);
-    state.counters["create_calls"] =
-        delta(before.calls[ORTMEM_OP_CREATE], after.calls[ORTMEM_OP_CREATE]);
-    state.counters["release_calls"] =
-        delta(before.calls[ORTMEM_OP_RELEASE], after.calls[ORTMEM_OP_RELEASE]);
-    state.counters["pool_hits"] = delta(before.pool_hits, after.pool_hits);
-    state.counters["pool_misses"] = delta(before.pool_misses, after.pool_misses);
-}
-
 namespace
 {
 
