@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <ortmem/ortmem.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define KiB ((size_t)1024)
@@ -91,6 +92,33 @@ static inline int check_pattern(const volatile void *p, size_t len, uint64_t see
             return 0;
     }
     return 1;
+}
+
+/* Device memory is written and read only through the backend's copy, as on a
+ * GPU: the pattern goes through a host buffer. */
+static inline void backend_put_pattern(ortmem_backend *b, void *dst, size_t len, uint64_t seed)
+{
+    uint8_t *tmp = malloc(len);
+    cr_assert_not_null(tmp);
+    for (size_t i = 0; i < len; i++)
+        tmp[i] = pattern_byte(seed, i);
+    OK(ortmem_backend_copy(b, dst, tmp, len));
+    free(tmp);
+}
+
+/* The first byte of src that differs from the pattern; len when none does. */
+static inline size_t backend_pattern_mismatch(ortmem_backend *b, const void *src, size_t len,
+                                              uint64_t seed)
+{
+    uint8_t *tmp = malloc(len);
+    cr_assert_not_null(tmp);
+    OK(ortmem_backend_copy(b, tmp, src, len));
+    size_t bad = len;
+    for (size_t i = 0; i < len && bad == len; i++)
+        if (tmp[i] != pattern_byte(seed, i))
+            bad = i;
+    free(tmp);
+    return bad;
 }
 
 #endif

@@ -125,25 +125,10 @@ static void fake_backend_destroy(ortmem_backend *b)
     cr_assert_eq(fake.primary_retains, 0, "the primary context was released");
 }
 
-/* Writes and reads device memory only through the backend, as on a GPU. */
-static void put(ortmem_backend *b, void *dst, size_t len, uint64_t seed)
-{
-    uint8_t *tmp = malloc(len);
-    cr_assert_not_null(tmp);
-    for (size_t i = 0; i < len; i++)
-        tmp[i] = pattern_byte(seed, i);
-    OK(ortmem_backend_copy(b, dst, tmp, len));
-    free(tmp);
-}
-
 static void expect(ortmem_backend *b, const void *src, size_t len, uint64_t seed)
 {
-    uint8_t *tmp = malloc(len);
-    cr_assert_not_null(tmp);
-    OK(ortmem_backend_copy(b, tmp, src, len));
-    for (size_t i = 0; i < len; i++)
-        cr_assert_eq(tmp[i], pattern_byte(seed, i), "byte %zu", i);
-    free(tmp);
+    size_t bad = backend_pattern_mismatch(b, src, len, seed);
+    cr_assert_eq(bad, len, "byte %zu differs from the pattern", bad);
 }
 
 Test(cuda_fake, granularity_and_granule_choice)
@@ -240,7 +225,7 @@ Test(cuda_fake, region_lifecycle_makes_the_expected_driver_calls)
     cr_assert_eq(fake.last_access_flags, 3, "read-write");
 
     /* A pattern across the seam between granules 0 and 1 and into 2. */
-    put(b, base + FG - 1000, FG + 2000, 5);
+    backend_put_pattern(b, base + FG - 1000, FG + 2000, 5);
     expect(b, base + FG - 1000, FG + 2000, 5);
     cr_assert_eq(fake.copies, 2);
     cr_assert_eq(fake.syncs, 2, "each copy waits until it has landed");
@@ -293,7 +278,7 @@ Test(cuda_fake, binds_the_context_per_call_and_restores_the_threads_own)
 
     /* The engine has another context current: calls work, and it stays. */
     fake_set_current_context(fake_foreign_context());
-    put(b, ortmem_region_base(r), 64, 1);
+    backend_put_pattern(b, ortmem_region_base(r), 64, 1);
     expect(b, ortmem_region_base(r), 64, 1);
     cr_assert_eq(fake_current_context(), fake_foreign_context());
 
@@ -322,7 +307,7 @@ Test(cuda_fake, read_only_alias_refuses_copy_engine_writes_and_access_none_is_un
     ortmem_region *src = region_on(b, 2 * FG, 0);
     ortmem_region *alias = region_on(b, 2 * FG, 0);
     OK(ortmem_region_commit(src, 0, 2 * FG));
-    put(b, ortmem_region_base(src), 2 * FG, 9);
+    backend_put_pattern(b, ortmem_region_base(src), 2 * FG, 9);
     OK(ortmem_region_share(alias, 0, src, 0, 2 * FG, ORTMEM_ACCESS_READ));
     cr_assert_eq(fake.last_access_flags, 1, "PROT_READ");
     expect(b, ortmem_region_base(alias), 2 * FG, 9);
@@ -344,7 +329,7 @@ Test(cuda_fake, read_only_alias_refuses_copy_engine_writes_and_access_none_is_un
     OK(ortmem_region_protect(src, 0, FG, ORTMEM_ACCESS_READ));
     EXPECT_STATUS(ortmem_backend_copy(b, ortmem_region_base(src), junk, 8), ORTMEM_E_BACKEND);
     OK(ortmem_region_protect(src, 0, FG, ORTMEM_ACCESS_READ_WRITE));
-    put(b, ortmem_region_base(src), 64, 10);
+    backend_put_pattern(b, ortmem_region_base(src), 64, 10);
 
     OK(ortmem_region_destroy(alias));
     OK(ortmem_region_destroy(src));
@@ -357,7 +342,7 @@ Test(cuda_fake, cow_copies_a_shared_granule_on_the_device)
     ortmem_backend *b = fake_backend();
     ortmem_region *a = region_on(b, FG, 0), *c = region_on(b, FG, 0);
     OK(ortmem_region_commit(a, 0, FG));
-    put(b, ortmem_region_base(a), FG, 4);
+    backend_put_pattern(b, ortmem_region_base(a), FG, 4);
     OK(ortmem_region_share(c, 0, a, 0, FG, ORTMEM_ACCESS_READ));
     unsigned long copies = fake.copies;
     OK(ortmem_region_cow(c, 0, FG));
@@ -365,7 +350,7 @@ Test(cuda_fake, cow_copies_a_shared_granule_on_the_device)
     cr_assert_eq(granule_info(c, 0).mappers, 1);
     cr_assert_eq(granule_info(c, 0).access, ORTMEM_ACCESS_READ_WRITE);
     expect(b, ortmem_region_base(c), FG, 4);
-    put(b, ortmem_region_base(c), 128, 5);
+    backend_put_pattern(b, ortmem_region_base(c), 128, 5);
     expect(b, ortmem_region_base(a), FG, 4);
     OK(ortmem_region_destroy(c));
     OK(ortmem_region_destroy(a));
@@ -385,7 +370,7 @@ Test(cuda_fake, exportable_granules_use_posix_fds)
     ortmem_region *exp = region_on(b, FG, ORTMEM_REGION_EXPORTABLE);
     OK(ortmem_region_commit(exp, 0, FG));
     cr_assert_eq(fake.last_create_handle_types, 1, "POSIX file descriptor");
-    put(b, ortmem_region_base(exp), FG, 21);
+    backend_put_pattern(b, ortmem_region_base(exp), FG, 21);
     OK(ortmem_region_export(exp, 0, &fd));
     cr_assert_geq(fd, 0);
     cr_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
@@ -393,7 +378,7 @@ Test(cuda_fake, exportable_granules_use_posix_fds)
     OK(ortmem_region_import(imp, 0, fd, ORTMEM_ACCESS_READ_WRITE));
     close(fd);
     expect(b, ortmem_region_base(imp), FG, 21);
-    put(b, ortmem_region_base(imp), 256, 22);
+    backend_put_pattern(b, ortmem_region_base(imp), 256, 22);
     expect(b, ortmem_region_base(exp), 256, 22);
     OK(ortmem_region_destroy(imp));
     OK(ortmem_region_destroy(exp));
@@ -508,7 +493,7 @@ Test(cuda_fake, release_and_unmap_faults_quarantine_through_the_fault_backend)
     /* A failed unmap: decommit is all or nothing and the data survives. */
     ortmem_region *r = region_on(f, 4 * FG, 0);
     OK(ortmem_region_commit(r, 0, 2 * FG));
-    put(f, ortmem_region_base(r), 2 * FG, 31);
+    backend_put_pattern(f, ortmem_region_base(r), 2 * FG, 31);
     EXPECT_STATUS(ortmem_region_decommit(r, 0, 2 * FG), ORTMEM_E_BACKEND);
     cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_MAPPED);
     expect(f, ortmem_region_base(r), 2 * FG, 31);

@@ -68,27 +68,9 @@ static void assert_ledger_empty(ortmem_backend *b, const char *when)
                  (unsigned long long)s.calls[ORTMEM_OP_RELEASE]);
 }
 
-/* Device bytes in and out through the backend's copy only. */
-static void put(ortmem_backend *b, void *dst, size_t len, uint64_t seed)
-{
-    uint8_t *tmp = malloc(len);
-    cr_assert_not_null(tmp);
-    for (size_t i = 0; i < len; i++)
-        tmp[i] = pattern_byte(seed, i);
-    OK(ortmem_backend_copy(b, dst, tmp, len));
-    free(tmp);
-}
-
 static int matches(ortmem_backend *b, const void *src, size_t len, uint64_t seed)
 {
-    uint8_t *tmp = malloc(len);
-    cr_assert_not_null(tmp);
-    OK(ortmem_backend_copy(b, tmp, src, len));
-    size_t bad = len;
-    for (size_t i = 0; i < len && bad == len; i++)
-        if (tmp[i] != pattern_byte(seed, i))
-            bad = i;
-    free(tmp);
+    size_t bad = backend_pattern_mismatch(b, src, len, seed);
     if (bad != len)
         cr_log_error("first mismatch at byte %zu of %zu", bad, len);
     return bad == len;
@@ -130,8 +112,8 @@ Test(gpu, a_64_gib_reservation)
     /* The first and the last granule, 64 GiB apart, both work. */
     OK(ortmem_region_commit(r, 0, g));
     OK(ortmem_region_commit(r, 64 * GiB - g, g));
-    put(b, base_of(r), 4096, 1);
-    put(b, base_of(r) + 64 * GiB - 4096, 4096, 2);
+    backend_put_pattern(b, base_of(r), 4096, 1);
+    backend_put_pattern(b, base_of(r) + 64 * GiB - 4096, 4096, 2);
     cr_assert(matches(b, base_of(r), 4096, 1));
     cr_assert(matches(b, base_of(r) + 64 * GiB - 4096, 4096, 2));
     cr_assert_eq(stats_of(b).owned_bytes, 2 * g);
@@ -162,7 +144,7 @@ Test(gpu, a_copy_across_the_seam_between_two_physical_granules)
     OK(ortmem_backend_copy(b, dst, base_of(r) + at, len));
     cr_assert_eq(memcmp(src, dst, len), 0, "the seam holds the pattern");
     /* And the other way round: the backend writes, the raw driver reads. */
-    put(b, base_of(r) + at, len, 78);
+    backend_put_pattern(b, base_of(r) + at, len, 78);
     rc = raw.cuMemcpyDtoH(dst, (unsigned long long)(uintptr_t)(base_of(r) + at), len);
     cr_assert_eq(rc, 0, "cuMemcpyDtoH: %s", gpu_raw_error(&raw, rc));
     for (size_t i = 0; i < len; i++)
@@ -182,7 +164,7 @@ Test(gpu, a_read_only_alias_refuses_copy_engine_writes_and_the_context_survives)
     size_t g = granule_of(b);
     ortmem_region *src = region_on(b, g, 0), *alias = region_on(b, g, 0);
     OK(ortmem_region_commit(src, 0, g));
-    put(b, base_of(src), g, 5);
+    backend_put_pattern(b, base_of(src), g, 5);
     OK(ortmem_region_share(alias, 0, src, 0, g, ORTMEM_ACCESS_READ));
     cr_assert(matches(b, base_of(alias), g, 5), "the alias reads the source");
 
@@ -196,7 +178,7 @@ Test(gpu, a_read_only_alias_refuses_copy_engine_writes_and_the_context_survives)
     /* The context survives: copies into read-write memory and reads work. */
     ortmem_region *rw = region_on(b, g, 0);
     OK(ortmem_region_commit(rw, 0, g));
-    put(b, base_of(rw), g, 6);
+    backend_put_pattern(b, base_of(rw), g, 6);
     cr_assert(matches(b, base_of(rw), g, 6), "a later copy to a read-write mapping works");
     cr_assert(matches(b, base_of(src), g, 5), "the source was not written through the alias");
     OK(ortmem_region_destroy(rw));
@@ -216,7 +198,7 @@ Test(gpu, access_none_is_unsupported_and_what_the_driver_says_about_prot_none)
     EXPECT_STATUS(ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_NONE), ORTMEM_E_UNSUPPORTED);
     OK(ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_READ));
     OK(ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_READ_WRITE));
-    put(b, base_of(r), 4096, 8);
+    backend_put_pattern(b, base_of(r), 4096, 8);
 
     /* Informational: what cuMemSetAccess(PROT_NONE) does on this driver. */
     fk_access_desc desc = {{1, 0}, 0};
@@ -241,13 +223,13 @@ Test(gpu, eight_sharers_of_one_prefix_own_it_once)
     enum { SHARERS = 8, PREFIX = 4 };
     ortmem_region *prefix = region_on(b, PREFIX * g, 0);
     OK(ortmem_region_commit(prefix, 0, PREFIX * g));
-    put(b, base_of(prefix), PREFIX * g, 40);
+    backend_put_pattern(b, base_of(prefix), PREFIX * g, 40);
     ortmem_region *s[SHARERS];
     for (int i = 0; i < SHARERS; i++) {
         s[i] = region_on(b, (PREFIX + 1) * g, 0);
         OK(ortmem_region_share(s[i], 0, prefix, 0, PREFIX * g, ORTMEM_ACCESS_READ));
         OK(ortmem_region_commit(s[i], PREFIX * g, g)); /* a private tail */
-        put(b, base_of(s[i]) + PREFIX * g, 4096, 100 + (uint64_t)i);
+        backend_put_pattern(b, base_of(s[i]) + PREFIX * g, 4096, 100 + (uint64_t)i);
     }
     ortmem_vmm_stats st = stats_of(b);
     cr_assert_eq(st.owned_bytes, (PREFIX + SHARERS) * g, "the prefix is owned once");
@@ -274,14 +256,14 @@ Test(gpu, copy_on_write_on_the_device)
     size_t g = granule_of(b);
     ortmem_region *a = region_on(b, 2 * g, 0), *c = region_on(b, 2 * g, 0);
     OK(ortmem_region_commit(a, 0, 2 * g));
-    put(b, base_of(a), 2 * g, 50);
+    backend_put_pattern(b, base_of(a), 2 * g, 50);
     OK(ortmem_region_share(c, 0, a, 0, 2 * g, ORTMEM_ACCESS_READ));
     OK(ortmem_region_cow(c, g, 1));
     cr_assert_eq(stats_of(b).calls[ORTMEM_OP_COPY] >= 1, 1);
     cr_assert_eq(granule_info(c, g).mappers, 1);
     cr_assert_eq(granule_info(c, 0).mappers, 2, "only the touched granule was copied");
     cr_assert(matches(b, base_of(c), 2 * g, 50));
-    put(b, base_of(c) + g, 4096, 51);
+    backend_put_pattern(b, base_of(c) + g, 4096, 51);
     cr_assert(matches(b, base_of(a), 2 * g, 50), "the original is untouched");
     OK(ortmem_region_destroy(c));
     OK(ortmem_region_destroy(a));
@@ -302,8 +284,8 @@ Test(gpu, commit_and_decommit_ranges_one_call_per_run)
     cr_assert_eq(s.calls[ORTMEM_OP_CREATE], 7);
     cr_assert_eq(s.calls[ORTMEM_OP_MAP], 7);
     cr_assert_eq(s.calls[ORTMEM_OP_SET_ACCESS], 3, "one set-access per contiguous run");
-    put(b, base_of(r), 3 * g, 60);
-    put(b, base_of(r) + 8 * g, 3 * g, 61);
+    backend_put_pattern(b, base_of(r), 3 * g, 60);
+    backend_put_pattern(b, base_of(r) + 8 * g, 3 * g, 61);
     ortmem_range out[] = {{0, 3 * g}, {8 * g, 3 * g}};
     OK(ortmem_region_decommit_ranges(r, out, 2));
     s = stats_of(b);
@@ -324,7 +306,7 @@ Test(gpu, region_copy_device_to_device_and_the_pool)
     ortmem_region *x = region_on(b, 4 * g, 0), *y = region_on(b, 4 * g, 0);
     OK(ortmem_region_commit(x, 0, 4 * g));
     OK(ortmem_region_commit(y, 0, 4 * g));
-    put(b, base_of(x), 4 * g, 70);
+    backend_put_pattern(b, base_of(x), 4 * g, 70);
     OK(ortmem_region_copy(y, 100, x, 100, 3 * g));
     uint8_t *h = malloc(3 * g);
     cr_assert_not_null(h);
@@ -362,7 +344,7 @@ Test(gpu, an_arena_on_the_device)
     size_t sizes[6] = {1000, g / 2, g + 17, 256, 3 * g, 4096};
     for (int i = 0; i < 6; i++) {
         OK(ortmem_arena_alloc(a, sizes[i], 0, &p[i]));
-        put(b, p[i], sizes[i], 200 + (uint64_t)i);
+        backend_put_pattern(b, p[i], sizes[i], 200 + (uint64_t)i);
     }
     for (int i = 0; i < 6; i++)
         cr_assert(matches(b, p[i], sizes[i], 200 + (uint64_t)i), "allocation %d", i);
@@ -392,7 +374,7 @@ Test(gpu, release_quarantine_with_injected_driver_faults)
     /* A failed unmap: decommit changes nothing, the data is intact. */
     ortmem_region *r = region_on(f, 4 * g, 0);
     OK(ortmem_region_commit(r, 0, 2 * g));
-    put(f, base_of(r), 2 * g, 90);
+    backend_put_pattern(f, base_of(r), 2 * g, 90);
     EXPECT_STATUS(ortmem_region_decommit(r, 0, 2 * g), ORTMEM_E_BACKEND);
     cr_assert_eq(granule_info(r, g).state, ORTMEM_GRANULE_MAPPED);
     cr_assert(matches(f, base_of(r), 2 * g, 90));
@@ -604,7 +586,7 @@ Test(gpu, kv_cache_stable_growth_keeps_pointers_and_commits_the_geometry)
         if (i == 0) {
             first = k;
             /* The first token's row is live device memory. */
-            put(b, k.base, 256, 300);
+            backend_put_pattern(b, k.base, 256, 300);
         }
         cr_assert_eq(k.base, first.base, "n %llu: pointers never move", (unsigned long long)len);
         cr_assert_eq(k.generation, first.generation);
@@ -641,7 +623,7 @@ Test(gpu, kv_cache_bucket_growth_copies_on_the_device)
     OK(ortmem_kv_seq_append(s, 200));
     ortmem_kv_binding before = binding_of(s, 0, 0);
     size_t row = (size_t)before.token_stride * 200;
-    put(b, before.base, row, 310);
+    backend_put_pattern(b, before.base, row, 310);
     ortmem_vmm_stats ops0 = stats_of(b);
     OK(ortmem_kv_seq_append(s, 5000));
     ortmem_vmm_stats ops1 = stats_of(b);
@@ -728,7 +710,7 @@ Test(gpu, an_imported_granule_survives_the_exporter_faulting)
               wst);
     close(sv[0]);
     cr_assert(matches(b, base_of(r), g, 500), "the granule outlived its exporter");
-    put(b, base_of(r), g, 501);
+    backend_put_pattern(b, base_of(r), g, 501);
     cr_assert(matches(b, base_of(r), g, 501), "and is still writable");
     OK(ortmem_region_destroy(r));
     assert_ledger_empty(b, "after the import");
