@@ -82,6 +82,19 @@ ORTMEM_API void ortmem_set_log(ortmem_log_fn fn, void *user, ortmem_log_level mi
 ORTMEM_API ortmem_status ortmem_trace_start(const char *path);
 ORTMEM_API ortmem_status ortmem_trace_stop(void);
 
+/* Host-allocation fault injection, for tests that prove every failed call
+ * changes nothing. Every host allocation the library makes for its own
+ * bookkeeping counts as one call; with fail_at = N > 0 the Nth call from now
+ * fails (persistent = 0) or the Nth and every later call fails (persistent != 0),
+ * and the call that needed it reports ORTMEM_E_NOMEM. fail_at = 0 disarms the
+ * fault. Either form resets the counts. Process-wide; arm it while no other
+ * thread is inside the library. */
+ORTMEM_API void ortmem_alloc_fault(uint64_t fail_at, int persistent);
+
+/* Host allocations counted since the last ortmem_alloc_fault, and how many of
+ * them were failed. Either pointer may be NULL. Thread-safe. */
+ORTMEM_API void ortmem_alloc_counts(uint64_t *calls, uint64_t *failed);
+
 #ifdef __cplusplus
 }
 #endif

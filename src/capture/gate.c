@@ -6,6 +6,7 @@
  * capture_cv. Per thread: the nesting depth of its shared sections, whether
  * the outermost one bypassed the gate, and whether it holds the capture. */
 #include "capture/gate.h"
+#include "core/alloc.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -241,7 +242,7 @@ ortmem_status ortmem_capture_end(void)
         om_deferred *next = items->next;
         void (*fn)(void *) = items->fn;
         void *arg = items->arg;
-        free(items);
+        om_free(items);
         fn(arg);
         count(&om_c_run);
         items = next;
@@ -269,7 +270,7 @@ ortmem_status ortmem_capture_defer(void (*fn)(void *arg), void *arg)
         fn(arg);
         return ORTMEM_OK;
     }
-    om_deferred *d = malloc(sizeof *d);
+    om_deferred *d = om_malloc(sizeof *d);
     if (!d) {
         pthread_mutex_unlock(&om_gate_lock);
         return OM_ERR(ORTMEM_E_NOMEM, "capture defer: queue entry (%zu bytes); not run", sizeof *d);

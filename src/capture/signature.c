@@ -19,6 +19,7 @@
 
 #include <ortmem/capture.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/handle.h"
 
@@ -74,14 +75,14 @@ ortmem_status ortmem_graph_signature_create(ortmem_graph_signature **out)
     om_error_clear();
     if (!out)
         return OM_ERR(ORTMEM_E_INVALID, "graph signature create: out is NULL");
-    ortmem_graph_signature *s = calloc(1, sizeof *s);
+    ortmem_graph_signature *s = om_calloc(1, sizeof *s);
     if (!s)
         return OM_ERR(ORTMEM_E_NOMEM, "graph signature create: %zu bytes", sizeof *s);
     pthread_mutex_init(&s->lock, NULL);
     ortmem_status st = om_handle_register(&s->hdr, OM_KIND_GRAPH_SIGNATURE);
     if (st != ORTMEM_OK) {
         pthread_mutex_destroy(&s->lock);
-        free(s);
+        om_free(s);
         return st;
     }
     *out = s;
@@ -100,9 +101,9 @@ ortmem_status ortmem_graph_signature_destroy(ortmem_graph_signature *s)
         return st;
     }
     pthread_mutex_destroy(&s->lock);
-    free(s->ranges);
-    free(s->bindings);
-    free(s);
+    om_free(s->ranges);
+    om_free(s->bindings);
+    om_free(s);
     om_handle_end_destroy();
     return ORTMEM_OK;
 }
@@ -114,7 +115,7 @@ static void *grow(void *array, size_t *cap, size_t count, size_t size)
     if (count < *cap)
         return array;
     size_t ncap = *cap ? *cap * 2 : 8;
-    void *fresh = realloc(array, ncap * size);
+    void *fresh = om_realloc(array, ncap * size);
     if (fresh)
         *cap = ncap;
     return fresh;
@@ -322,7 +323,7 @@ ortmem_status ortmem_graph_signature_check(ortmem_graph_signature *s, char *reas
     ortmem_status st = pin_sig(s, "graph signature check");
     if (st != ORTMEM_OK)
         return st;
-    om_judgement *j = calloc(1, sizeof *j);
+    om_judgement *j = om_calloc(1, sizeof *j);
     if (!j) {
         unpin_sig(s);
         return OM_ERR(ORTMEM_E_NOMEM, "graph signature check: %zu bytes", sizeof *j);
@@ -351,7 +352,7 @@ ortmem_status ortmem_graph_signature_check(ortmem_graph_signature *s, char *reas
             snprintf(reason, capacity, "unchanged since capture (%zu range%s, %zu binding%s)",
                      ranges, ranges == 1 ? "" : "s", bindings, bindings == 1 ? "" : "s");
     }
-    free(j);
+    om_free(j);
     om_error_clear();
     return ORTMEM_OK;
 }

@@ -1,3 +1,4 @@
+#include "core/alloc.h"
 #include "core/handle.h"
 
 #include <pthread.h>
@@ -43,7 +44,7 @@ static bool om_grow(void)
         ncap *= 2;
     uintptr_t *old = om_slots;
     size_t ocap = om_cap;
-    uintptr_t *fresh = calloc(ncap, sizeof *fresh);
+    uintptr_t *fresh = om_calloc(ncap, sizeof *fresh);
     if (!fresh)
         return false;
     om_slots = fresh;
@@ -55,7 +56,7 @@ static bool om_grow(void)
             om_used++;
         }
     }
-    free(old);
+    om_free(old);
     return true;
 }
 

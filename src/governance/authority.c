@@ -2,6 +2,7 @@
  * its lifetime. Lock order: authority lock, then the handle registry (leaf).
  * The authority lock is never held across a pressure callback, a fence query,
  * a log callback or a backend call. */
+#include "core/alloc.h"
 #include "governance/authority.h"
 
 #include <limits.h>
@@ -117,13 +118,13 @@ ortmem_status om_refuse_locked(ortmem_authority *a, const ortmem_holder *h, uint
     a->refusals++;
     ortmem_holder *top[3] = {0};
     size_t n = 0;
-    ortmem_holder **sorted = malloc(a->holder_count * sizeof *sorted);
+    ortmem_holder **sorted = om_malloc(a->holder_count * sizeof *sorted);
     if (sorted) {
         memcpy(sorted, a->holders, a->holder_count * sizeof *sorted);
         qsort(sorted, a->holder_count, sizeof *sorted, om_by_owned_desc);
         for (; n < 3 && n < a->holder_count; n++)
             top[n] = sorted[n];
-        free(sorted);
+        om_free(sorted);
     }
     char largest[200] = "";
     size_t used = 0;
@@ -205,7 +206,7 @@ static int om_by_priority(const void *x, const void *y)
 uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, uint64_t want_bytes)
 {
     pthread_mutex_lock(&a->lock);
-    ortmem_holder **asked = malloc((a->holder_count ? a->holder_count : 1) * sizeof *asked);
+    ortmem_holder **asked = om_malloc((a->holder_count ? a->holder_count : 1) * sizeof *asked);
     size_t n = 0;
     for (size_t i = 0; asked && i < a->holder_count; i++) {
         ortmem_holder *h = a->holders[i];
@@ -246,7 +247,7 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
         pthread_mutex_unlock(&a->lock);
         om_handle_unpin(&h->hdr);
     }
-    free(asked);
+    om_free(asked);
     return released;
 }
 
@@ -272,8 +273,8 @@ static void om_authority_free(ortmem_authority *a)
 {
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->changed);
-    free(a->holders);
-    free(a);
+    om_free(a->holders);
+    om_free(a);
 }
 
 ortmem_status ortmem_authority_create(ortmem_backend *backend,
@@ -297,7 +298,7 @@ ortmem_status ortmem_authority_create(ortmem_backend *backend,
     ortmem_status st = om_backend_pin(backend, "authority create");
     if (st != ORTMEM_OK)
         return st;
-    ortmem_authority *a = calloc(1, sizeof *a);
+    ortmem_authority *a = om_calloc(1, sizeof *a);
     if (!a) {
         om_backend_unpin(backend);
         return OM_ERR(ORTMEM_E_NOMEM, "authority create: bookkeeping");

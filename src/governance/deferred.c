@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "governance/fence.h"
 #include "governance/holder.h"
@@ -53,7 +54,7 @@ static ortmem_status om_defer(om_deferred *d, ortmem_region *region, ortmem_fenc
         om_handle_unpin((om_handle *)fence);
         return st;
     }
-    om_deferred *entry = malloc(sizeof *entry);
+    om_deferred *entry = om_malloc(sizeof *entry);
     if (!entry) {
         om_holder_unpin(h);
         om_handle_unpin((om_handle *)fence);
@@ -124,7 +125,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     size_t n = 0;
     for (om_deferred *d = a->deferred; d; d = d->next)
         n += !d->running;
-    om_deferred **mine = n ? malloc(n * sizeof *mine) : NULL;
+    om_deferred **mine = n ? om_malloc(n * sizeof *mine) : NULL;
     size_t taken = 0;
     for (om_deferred *d = a->deferred; mine && d; d = d->next) {
         if (!d->running) {
@@ -136,7 +137,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
     ortmem_status first_failure = ORTMEM_OK;
     char detail[256] = "";
-    bool *done = taken ? calloc(taken, sizeof *done) : NULL;
+    bool *done = taken ? om_calloc(taken, sizeof *done) : NULL;
     for (size_t i = 0; done && i < taken; i++) {
         om_deferred *d = mine[i];
         if (!om_fence_complete(d->fence))
@@ -169,12 +170,12 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
         a->deferred_count--;
         d->holder->releases_pending--;
         om_fence_unhold(d->fence);
-        free(d);
+        om_free(d);
     }
     r.pending = a->deferred_count;
     pthread_mutex_unlock(&a->lock);
-    free(done);
-    free(mine);
+    om_free(done);
+    om_free(mine);
     if (report) {
         r.struct_size = report->struct_size;
         memcpy(report, &r, report->struct_size);
@@ -238,7 +239,7 @@ void om_deferred_discard_all(ortmem_authority *a)
     for (om_deferred *d = a->deferred, *next; d; d = next) {
         next = d->next;
         om_fence_unhold(d->fence);
-        free(d);
+        om_free(d);
     }
     a->deferred = NULL;
     a->deferred_count = 0;

@@ -3,6 +3,7 @@
  * a callback; an event fence asks the backend whether an event recorded on a
  * stream completed, so a release waits for that stream and never for the
  * whole device. */
+#include "core/alloc.h"
 #include "governance/fence.h"
 
 #include <stdatomic.h>
@@ -31,14 +32,14 @@ static ortmem_status om_fence_new(ortmem_fence_query_fn query, void *user, ortme
 {
     if (!out)
         return OM_ERR(ORTMEM_E_INVALID, "fence create: out is NULL");
-    ortmem_fence *f = calloc(1, sizeof *f);
+    ortmem_fence *f = om_calloc(1, sizeof *f);
     if (!f)
         return OM_ERR(ORTMEM_E_NOMEM, "fence create: bookkeeping");
     f->query = query;
     f->user = user;
     ortmem_status st = om_handle_register(&f->hdr, OM_KIND_FENCE);
     if (st != ORTMEM_OK) {
-        free(f);
+        om_free(f);
         return st;
     }
     *out = f;
@@ -155,7 +156,7 @@ ortmem_status ortmem_fence_destroy(ortmem_fence *f)
     }
     if (f->backend)
         (void)ortmem_backend_event_release(f->backend, f->event);
-    free(f);
+    om_free(f);
     om_handle_end_destroy();
     return ORTMEM_OK;
 }

@@ -3,19 +3,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "governance/holder.h"
 
 ortmem_status om_grant_new(ortmem_holder *h, uint64_t bytes, ortmem_grant **out)
 {
-    ortmem_grant *g = calloc(1, sizeof *g);
+    ortmem_grant *g = om_calloc(1, sizeof *g);
     if (!g)
         return OM_ERR(ORTMEM_E_NOMEM, "grant: bookkeeping");
     g->holder = h;
     g->bytes = bytes;
     ortmem_status st = om_handle_register(&g->hdr, OM_KIND_GRANT);
     if (st != ORTMEM_OK) {
-        free(g);
+        om_free(g);
         return st;
     }
     h->grants_open++;
@@ -31,7 +32,7 @@ static void om_grant_end(ortmem_grant *g)
     g->holder->grants_open--;
     pthread_mutex_unlock(&a->lock);
     (void)om_handle_retire(&g->hdr, "grant end");
-    free(g);
+    om_free(g);
     om_handle_end_destroy();
 }
 
@@ -158,7 +159,7 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
     om_error_clear();
     if (!count || !holders || !bytes || !grants)
         return OM_ERR(ORTMEM_E_INVALID, "grant prepare many: empty or NULL arrays");
-    om_claim *c = calloc(count, sizeof *c);
+    om_claim *c = om_calloc(count, sizeof *c);
     if (!c)
         return OM_ERR(ORTMEM_E_NOMEM, "grant prepare many: %zu claims", count);
     ortmem_status st = ORTMEM_OK;
@@ -215,6 +216,6 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
     }
     for (size_t i = 0; i < pinned && i < count; i++)
         om_holder_unpin(holders[i]);
-    free(c);
+    om_free(c);
     return st;
 }

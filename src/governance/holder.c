@@ -1,5 +1,6 @@
 /* Holders: registration, the account through which regions and arenas charge
  * them, and refunds of grant-charged memory. */
+#include "core/alloc.h"
 #include "governance/holder.h"
 
 #include <stdio.h>
@@ -21,7 +22,7 @@ void om_holder_unpin(ortmem_holder *h)
 ortmem_status om_holder_add(ortmem_authority *a, const ortmem_holder_options *o, bool builtin,
                             ortmem_holder **out)
 {
-    ortmem_holder *h = calloc(1, sizeof *h);
+    ortmem_holder *h = om_calloc(1, sizeof *h);
     if (!h)
         return OM_ERR(ORTMEM_E_NOMEM, "holder register: bookkeeping");
     h->authority = a;
@@ -33,18 +34,18 @@ ortmem_status om_holder_add(ortmem_authority *a, const ortmem_holder_options *o,
     h->builtin = builtin;
     ortmem_status st = om_handle_register(&h->hdr, OM_KIND_HOLDER);
     if (st != ORTMEM_OK) {
-        free(h);
+        om_free(h);
         return st;
     }
     pthread_mutex_lock(&a->lock);
     if (a->holder_count == a->holder_capacity) {
         size_t ncap = a->holder_capacity ? a->holder_capacity * 2 : 8;
-        ortmem_holder **grown = realloc(a->holders, ncap * sizeof *grown);
+        ortmem_holder **grown = om_realloc(a->holders, ncap * sizeof *grown);
         if (!grown) {
             pthread_mutex_unlock(&a->lock);
             om_handle_pin(h, OM_KIND_HOLDER, "holder register");
             (void)om_handle_retire(&h->hdr, "holder register");
-            free(h);
+            om_free(h);
             om_handle_end_destroy();
             return OM_ERR(ORTMEM_E_NOMEM, "holder register: list of %zu holders", ncap);
         }
@@ -65,7 +66,7 @@ void om_holders_free_all(ortmem_authority *a)
             (void)om_handle_retire(&h->hdr, "authority teardown");
             om_handle_end_destroy();
         }
-        free(h);
+        om_free(h);
     }
     a->holder_count = 0;
 }
@@ -139,7 +140,7 @@ ortmem_status ortmem_holder_unregister(ortmem_holder *h)
         om_holder_unpin(h);
         return st;
     }
-    free(h);
+    om_free(h);
     om_handle_end_destroy();
     return ORTMEM_OK;
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "governance/holder.h"
 
@@ -27,7 +28,7 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
     if (st != ORTMEM_OK)
         return st;
     ortmem_authority *a = h->authority;
-    ortmem_lease *l = calloc(1, sizeof *l);
+    ortmem_lease *l = om_calloc(1, sizeof *l);
     if (!l) {
         om_holder_unpin(h);
         return OM_ERR(ORTMEM_E_NOMEM, "lease acquire: bookkeeping");
@@ -38,7 +39,7 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
     l->bytes = bytes;
     st = om_handle_register(&l->hdr, OM_KIND_LEASE);
     if (st != ORTMEM_OK) {
-        free(l);
+        om_free(l);
         om_holder_unpin(h);
         return st;
     }
@@ -53,7 +54,7 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
         pthread_mutex_unlock(&a->lock);
         om_handle_pin(l, OM_KIND_LEASE, "lease acquire");
         (void)om_handle_retire(&l->hdr, "lease acquire");
-        free(l);
+        om_free(l);
         om_handle_end_destroy();
         om_holder_unpin(h);
         return st;
@@ -103,7 +104,7 @@ void om_leases_free_all(ortmem_authority *a)
             (void)om_handle_retire(&l->hdr, "authority teardown");
             om_handle_end_destroy();
         }
-        free(l);
+        om_free(l);
     }
     a->leases = NULL;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "governance/holder.h"
 
@@ -52,7 +53,7 @@ static ortmem_status om_snapshot(ortmem_authority *a, ortmem_authority_report *r
 {
     pthread_mutex_lock(&a->lock);
     size_t n = a->holder_count;
-    ortmem_holder_report *all = calloc(n ? n : 1, sizeof *all);
+    ortmem_holder_report *all = om_calloc(n ? n : 1, sizeof *all);
     if (!all) {
         pthread_mutex_unlock(&a->lock);
         return OM_ERR(ORTMEM_E_NOMEM, "authority report: %zu holders", n);
@@ -105,7 +106,7 @@ ortmem_status ortmem_authority_report_get(ortmem_authority *a, ortmem_authority_
         if (holders)
             memcpy(holders, all, (n < holder_capacity ? n : holder_capacity) * sizeof *holders);
     }
-    free(all);
+    om_free(all);
     om_authority_unpin(a);
     return st;
 }
@@ -257,7 +258,7 @@ ortmem_status ortmem_authority_format(ortmem_authority *a, ortmem_report_format 
             st = OM_ERR(ORTMEM_E_RANGE, "authority format: %zu bytes needed, buffer holds %zu",
                         t.len + 1, capacity);
     }
-    free(all);
+    om_free(all);
     om_authority_unpin(a);
     return st;
 }

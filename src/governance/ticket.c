@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "governance/holder.h"
 
@@ -110,7 +111,7 @@ ortmem_status ortmem_ticket_submit(ortmem_holder *h, uint64_t bytes, int priorit
     if (st != ORTMEM_OK)
         return st;
     ortmem_authority *a = h->authority;
-    ortmem_ticket *t = calloc(1, sizeof *t);
+    ortmem_ticket *t = om_calloc(1, sizeof *t);
     if (!t) {
         om_holder_unpin(h);
         return OM_ERR(ORTMEM_E_NOMEM, "ticket submit: bookkeeping");
@@ -121,7 +122,7 @@ ortmem_status ortmem_ticket_submit(ortmem_holder *h, uint64_t bytes, int priorit
     clock_gettime(CLOCK_MONOTONIC, &t->submitted);
     st = om_handle_register(&t->hdr, OM_KIND_TICKET);
     if (st != ORTMEM_OK) {
-        free(t);
+        om_free(t);
         om_holder_unpin(h);
         return st;
     }
@@ -148,7 +149,7 @@ ortmem_status ortmem_ticket_submit(ortmem_holder *h, uint64_t bytes, int priorit
     if (st != ORTMEM_OK) {
         om_handle_pin(t, OM_KIND_TICKET, "ticket submit");
         (void)om_handle_retire(&t->hdr, "ticket submit");
-        free(t);
+        om_free(t);
         om_handle_end_destroy();
     } else {
         *out = t;
@@ -168,7 +169,7 @@ static void om_ticket_finish(ortmem_ticket *t, bool last)
     if (!last)
         return;
     (void)om_handle_retire(&t->hdr, "ticket");
-    free(t);
+    om_free(t);
     om_handle_end_destroy();
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "kv/kv.h"
 
@@ -89,11 +90,11 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
 {
     uint64_t g = c->geometry.granule;
     size_t granules = ortmem_region_size(src) / g;
-    uint64_t *live = calloc(granules ? granules : 1, sizeof *live);
-    ortmem_range *partial = calloc(granules ? granules : 1, sizeof *partial);
+    uint64_t *live = om_calloc(granules ? granules : 1, sizeof *live);
+    ortmem_range *partial = om_calloc(granules ? granules : 1, sizeof *partial);
     if (!live || !partial) {
-        free(live);
-        free(partial);
+        om_free(live);
+        om_free(partial);
         return OM_ERR(ORTMEM_E_NOMEM, "kv share: bookkeeping for %zu granules", granules);
     }
     ortmem_status st = om_kv_live_bytes_per_granule(c, cap, tokens, live, granules);
@@ -145,8 +146,8 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
             pthread_mutex_unlock(&c->lock);
         }
     }
-    free(live);
-    free(partial);
+    om_free(live);
+    om_free(partial);
     if (shared)
         *shared = whole;
     return st;
@@ -179,8 +180,8 @@ ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t fr
     if (!c->zero_tail || !s->region || to <= from)
         return ORTMEM_OK;
     uint64_t g = c->geometry.granule;
-    ortmem_range *ranges = calloc(s->granules ? s->granules : 1, sizeof *ranges);
-    uint64_t *live = calloc(s->granules ? s->granules : 1, sizeof *live);
+    ortmem_range *ranges = om_calloc(s->granules ? s->granules : 1, sizeof *ranges);
+    uint64_t *live = om_calloc(s->granules ? s->granules : 1, sizeof *live);
     ortmem_status st = ranges && live ? ORTMEM_OK : OM_ERR(ORTMEM_E_NOMEM, "kv zero tail");
     /* The granules tokens [from, to) will land in: live for `to` tokens. */
     if (st == ORTMEM_OK)
@@ -194,8 +195,8 @@ ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t fr
         st = ortmem_region_decommit_ranges(s->region, ranges, n);
     for (size_t i = 0; (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) && i < n; i++)
         s->zero_mapped[ranges[i].offset / g] = false;
-    free(ranges);
-    free(live);
+    om_free(ranges);
+    om_free(live);
     return st;
 }
 
@@ -288,7 +289,7 @@ static ortmem_status om_cache_free(ortmem_kv_cache *c)
     if (c->holder)
         (void)ortmem_holder_unregister(c->holder);
     pthread_mutex_destroy(&c->lock);
-    free(c);
+    om_free(c);
     return st == ORTMEM_OK ? st : ortmem_error_set(st, "%s", detail);
 }
 
@@ -328,7 +329,7 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     st = ortmem_kv_evaluate(&o.geometry, 0, o.max_context, 1, 0, o.min_bucket, &e);
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "kv cache create");
-    ortmem_kv_cache *c = calloc(1, sizeof *c);
+    ortmem_kv_cache *c = om_calloc(1, sizeof *c);
     if (!c)
         return OM_ERR(ORTMEM_E_NOMEM, "kv cache create: bookkeeping");
     pthread_mutex_init(&c->lock, NULL);
@@ -470,7 +471,7 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
      * lock (sequence before cache is the lock order). */
     pthread_mutex_lock(&c->lock);
     size_t n = 0;
-    ortmem_kv_seq **seqs = malloc((c->seq_count ? c->seq_count : 1) * sizeof *seqs);
+    ortmem_kv_seq **seqs = om_malloc((c->seq_count ? c->seq_count : 1) * sizeof *seqs);
     for (ortmem_kv_seq *q = c->seqs; seqs && q; q = q->next) {
         if (om_handle_pin(q, OM_KIND_KV_SEQ, "kv cache stats") == ORTMEM_OK)
             seqs[n++] = q;
@@ -505,7 +506,7 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
         pthread_mutex_unlock(&q->lock);
         om_handle_unpin(&q->hdr);
     }
-    free(seqs);
+    om_free(seqs);
     s.live_bytes = s.live_tokens * c->bytes_per_token;
     om_add_holder(c->holder, &s);
     om_add_holder(c->prefix_holder, &s);

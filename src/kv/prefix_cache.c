@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "kv/kv.h"
 
@@ -61,8 +62,8 @@ static void om_lru_append(ortmem_kv_cache *c, om_prefix *p)
 static ortmem_status om_prefix_free(om_prefix *p)
 {
     ortmem_status st = p->region ? ortmem_region_destroy(p->region) : ORTMEM_OK;
-    free(p->tokens);
-    free(p);
+    om_free(p->tokens);
+    om_free(p);
     return st;
 }
 
@@ -131,10 +132,10 @@ ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *s, const int32_t *tokens, siz
         }
     }
     pthread_mutex_unlock(&c->lock);
-    om_prefix *p = calloc(1, sizeof *p);
-    int32_t *copy = p ? malloc(covered * sizeof *copy) : NULL;
+    om_prefix *p = om_calloc(1, sizeof *p);
+    int32_t *copy = p ? om_malloc(covered * sizeof *copy) : NULL;
     if (!copy) {
-        free(p);
+        om_free(p);
         om_seq_unpin(s);
         return OM_ERR(ORTMEM_E_NOMEM, "kv publish: %llu tokens", (unsigned long long)covered);
     }

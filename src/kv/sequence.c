@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "kv/kv.h"
 
@@ -31,12 +32,12 @@ static ortmem_status om_seq_attach(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_
     if (st != ORTMEM_OK)
         return st;
     size_t granules = ortmem_region_size(r) / c->geometry.granule;
-    bool *zero = calloc(granules ? granules : 1, sizeof *zero);
+    bool *zero = om_calloc(granules ? granules : 1, sizeof *zero);
     if (!zero) {
         (void)ortmem_region_destroy(r);
         return OM_ERR(ORTMEM_E_NOMEM, "kv sequence: bookkeeping for %zu granules", granules);
     }
-    free(s->zero_mapped);
+    om_free(s->zero_mapped);
     s->zero_mapped = zero;
     s->granules = granules;
     s->region = r;
@@ -53,9 +54,9 @@ static ortmem_status om_seq_free(ortmem_kv_seq *s)
         st = rst;
     if (s->host && (rst = ortmem_region_destroy(s->host)) != ORTMEM_OK && st == ORTMEM_OK)
         st = rst;
-    free(s->zero_mapped);
+    om_free(s->zero_mapped);
     pthread_mutex_destroy(&s->lock);
-    free(s);
+    om_free(s);
     return st;
 }
 
@@ -75,7 +76,7 @@ static void om_seq_unlink(ortmem_kv_cache *c, ortmem_kv_seq *s)
 /* A new, empty, listed sequence; stable ones get their region. */
 static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out)
 {
-    ortmem_kv_seq *s = calloc(1, sizeof *s);
+    ortmem_kv_seq *s = om_calloc(1, sizeof *s);
     if (!s)
         return OM_ERR(ORTMEM_E_NOMEM, "kv sequence create: bookkeeping");
     s->cache = c;
@@ -230,7 +231,7 @@ static ortmem_status om_unshare_writable(ortmem_kv_cache *c, ortmem_kv_seq *s, o
 
 static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t to)
 {
-    ortmem_range *ranges = calloc(c->fragments, sizeof *ranges);
+    ortmem_range *ranges = om_calloc(c->fragments, sizeof *ranges);
     if (!ranges)
         return OM_ERR(ORTMEM_E_NOMEM, "kv append: %llu ranges", (unsigned long long)c->fragments);
     ortmem_status st = om_kv_token_ranges(c, s->capacity, s->length, to, ranges);
@@ -272,7 +273,7 @@ static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint
         (void)om_kv_zero_fill(c, s); /* the zero tail comes back: nothing changed */
         st = ortmem_error_set(st, "%s", detail);
     }
-    free(ranges);
+    om_free(ranges);
     if (st == ORTMEM_OK && quarantined[0])
         st = ortmem_error_set(ORTMEM_E_QUARANTINED, "kv append took effect: %s", quarantined);
     return st;
@@ -312,12 +313,12 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
         strncpy(detail, ortmem_last_error(), sizeof detail - 1);
         detail[sizeof detail - 1] = '\0';
         (void)ortmem_region_destroy(next.region);
-        free(next.zero_mapped);
+        om_free(next.zero_mapped);
         return ortmem_error_set(st, "%s", detail);
     }
     /* The move took effect; a quarantine of the old bucket is reported. */
     st = s->region ? ortmem_region_destroy(s->region) : ORTMEM_OK;
-    free(s->zero_mapped);
+    om_free(s->zero_mapped);
     pthread_mutex_lock(&c->lock);
     c->growth_copied += s->length * c->bytes_per_token;
     c->generations++;
@@ -378,8 +379,8 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
          * per fragment would miss the granules a fragment shares with its
          * neighbour or with the padding up to the next binding base. */
         uint64_t g = c->geometry.granule;
-        ortmem_range *ranges = calloc(s->granules ? s->granules : 1, sizeof *ranges);
-        uint64_t *live = calloc(s->granules ? s->granules : 1, sizeof *live);
+        ortmem_range *ranges = om_calloc(s->granules ? s->granules : 1, sizeof *ranges);
+        uint64_t *live = om_calloc(s->granules ? s->granules : 1, sizeof *live);
         st = ranges && live
                  ? om_kv_live_bytes_per_granule(c, s->capacity, length, live, s->granules)
                  : OM_ERR(ORTMEM_E_NOMEM, "kv truncate: bookkeeping");
@@ -392,7 +393,7 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
             else
                 ranges[n++] = (ortmem_range){k * g, g};
         }
-        free(live);
+        om_free(live);
         if (st == ORTMEM_OK && n)
             st = ortmem_region_decommit_ranges(s->region, ranges, n);
         if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {
@@ -414,7 +415,7 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
                                    "is not mapped over every freed granule",
                                    (unsigned long long)length);
         }
-        free(ranges);
+        om_free(ranges);
     }
     if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED)
         s->length = length;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "kv/kv.h"
 
@@ -39,13 +40,13 @@ static ortmem_status om_commit_live(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem
 {
     if (c->strategy == ORTMEM_KV_BUCKET)
         return ortmem_region_commit(r, 0, ortmem_region_size(r));
-    ortmem_range *ranges = calloc(c->fragments, sizeof *ranges);
+    ortmem_range *ranges = om_calloc(c->fragments, sizeof *ranges);
     if (!ranges)
         return OM_ERR(ORTMEM_E_NOMEM, "kv swap: ranges");
     ortmem_status st = om_kv_token_ranges(c, s->capacity, 0, s->length, ranges);
     if (st == ORTMEM_OK)
         st = ortmem_region_commit_ranges(r, ranges, c->fragments);
-    free(ranges);
+    om_free(ranges);
     return st;
 }
 

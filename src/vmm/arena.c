@@ -5,7 +5,7 @@
  *   coalesces with both neighbours in O(1);
  * - free blocks sit in TLSF segregated lists (first level: power of two,
  *   second level: 32 linear steps) found through two bitmaps in O(1);
- * - an open-addressing map from offset to used block answers free() in O(1);
+ * - an open-addressing map from offset to used block answers om_free() in O(1);
  * - starts that were handed out, freed and still lie in free memory are kept
  *   per free block (address order) and in a second map, so a repeated free is
  *   ORTMEM_E_DOUBLE_FREE rather than ORTMEM_E_NOT_FOUND; handing the memory
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/handle.h"
 #include "core/log.h"
@@ -163,7 +164,7 @@ static bool map_reserve(om_addr_map *m)
     size_t ncap = m->cap ? m->cap * 2 : OM_MAP_MIN_SLOTS;
     if (ncap <= m->cap)
         return false;
-    void **fresh = calloc(ncap, sizeof *fresh);
+    void **fresh = om_calloc(ncap, sizeof *fresh);
     if (!fresh)
         return false;
     void **old = m->slots;
@@ -174,7 +175,7 @@ static bool map_reserve(om_addr_map *m)
         if (old[i])
             m->slots[map_slot(m, map_key(old[i]))] = old[i];
     }
-    free(old);
+    om_free(old);
     return true;
 }
 
@@ -209,7 +210,7 @@ static void map_remove(om_addr_map *m, size_t key)
 
 static void map_release(om_addr_map *m)
 {
-    free(m->slots);
+    om_free(m->slots);
     *m = (om_addr_map){NULL, 0, 0};
 }
 
@@ -348,7 +349,7 @@ static size_t largest_free_block(const ortmem_arena *a)
 static bool nodes_reserve(ortmem_arena *a, size_t n)
 {
     while (a->spare_count < n) {
-        om_block *b = malloc(sizeof *b);
+        om_block *b = om_malloc(sizeof *b);
         if (!b)
             return false;
         b->phys_next = a->spare;
@@ -370,7 +371,7 @@ static om_block *node_take(ortmem_arena *a)
 static void node_give(ortmem_arena *a, om_block *b)
 {
     if (a->spare_count >= OM_SPARE_NODES_MAX) {
-        free(b);
+        om_free(b);
         return;
     }
     b->phys_next = a->spare;
@@ -449,7 +450,7 @@ static void carve(ortmem_arena *a, om_block *b, size_t start, size_t end)
     while (r && r->offset < end) {
         om_freed *next = r->next;
         map_remove(&a->freed, r->offset);
-        free(r);
+        om_free(r);
         r = next;
     }
     if (r)
@@ -648,20 +649,20 @@ static void release_metadata(ortmem_arena *a)
         next = b->phys_next;
         for (om_freed *r = b->freed_head, *rn; r; r = rn) {
             rn = r->next;
-            free(r);
+            om_free(r);
         }
-        free(b);
+        om_free(b);
     }
     for (om_block *b = a->spare, *next; b; b = next) {
         next = b->phys_next;
-        free(b);
+        om_free(b);
     }
     map_release(&a->used);
     map_release(&a->freed);
-    free(a->granules);
-    free(a->scratch);
+    om_free(a->granules);
+    om_free(a->scratch);
     om_account_drop(&a->account);
-    free(a);
+    om_free(a);
 }
 
 ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_options *options,
@@ -704,7 +705,7 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
         om_account_drop(&account);
         return om_error_wrap(st, "arena create (capacity %zu)", opt.capacity);
     }
-    ortmem_arena *a = calloc(1, sizeof *a);
+    ortmem_arena *a = om_calloc(1, sizeof *a);
     if (!a) {
         (void)ortmem_region_destroy(region);
         om_account_drop(&account);
@@ -722,9 +723,9 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
     a->quantum = min_align < a->granule ? min_align : a->granule;
     a->cache_granules = opt.cache_bytes / a->granule;
     a->lru_head = a->lru_tail = OM_NONE;
-    a->granules = calloc(a->granule_count, sizeof *a->granules);
-    a->scratch = calloc(a->granule_count, sizeof *a->scratch);
-    a->first = calloc(1, sizeof *a->first);
+    a->granules = om_calloc(a->granule_count, sizeof *a->granules);
+    a->scratch = om_calloc(a->granule_count, sizeof *a->scratch);
+    a->first = om_calloc(1, sizeof *a->first);
     if (!a->granules || !a->scratch || !a->first) {
         size_t count = a->granule_count;
         (void)ortmem_region_destroy(region);
@@ -953,9 +954,9 @@ static ortmem_status free_locked(ortmem_arena *a, void *ptr, char *warning, size
     }
     /* The record that makes a second free a DOUBLE_FREE; without host memory
      * for it the free still goes ahead (a second free then reads NOT_FOUND). */
-    om_freed *record = malloc(sizeof *record);
+    om_freed *record = om_malloc(sizeof *record);
     if (record && !map_reserve(&a->freed)) {
-        free(record);
+        om_free(record);
         record = NULL;
     }
     map_remove(&a->used, offset);

@@ -1,3 +1,4 @@
+#include "core/alloc.h"
 #include "vmm/backend.h"
 
 #include <stdlib.h>
@@ -87,19 +88,19 @@ static bool om_event_put(om_event_set *set, uint64_t key);
 static bool om_event_grow(om_event_set *set, size_t capacity)
 {
     om_event_set next = {.capacity = capacity};
-    next.keys = calloc(capacity, sizeof *next.keys);
-    next.state = calloc(capacity, sizeof *next.state);
+    next.keys = om_calloc(capacity, sizeof *next.keys);
+    next.state = om_calloc(capacity, sizeof *next.state);
     if (!next.keys || !next.state) {
-        free(next.keys);
-        free(next.state);
+        om_free(next.keys);
+        om_free(next.state);
         return false;
     }
     for (size_t i = 0; i < set->capacity; i++) {
         if (set->state[i] == OM_EV_FULL)
             (void)om_event_put(&next, set->keys[i]);
     }
-    free(set->keys);
-    free(set->state);
+    om_free(set->keys);
+    om_free(set->state);
     set->keys = next.keys;
     set->state = next.state;
     set->capacity = next.capacity;
@@ -140,8 +141,8 @@ static void om_events_teardown(ortmem_backend *b)
         if (set->state[i] == OM_EV_FULL && b->ops.event_release)
             (void)b->ops.event_release(b->self, set->keys[i]);
     }
-    free(set->keys);
-    free(set->state);
+    om_free(set->keys);
+    om_free(set->state);
     set->keys = NULL;
     set->state = NULL;
     set->capacity = set->count = set->used = 0;
@@ -175,7 +176,7 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
                       "backend create: granularity minimum %zu / recommended %zu must be "
                       "powers of two with recommended >= minimum",
                       minimum, recommended);
-    ortmem_backend *b = calloc(1, sizeof *b);
+    ortmem_backend *b = om_calloc(1, sizeof *b);
     if (!b)
         return OM_ERR(ORTMEM_E_NOMEM, "backend create: %zu bytes of bookkeeping", sizeof *b);
     b->ops = copy;
@@ -190,7 +191,7 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
     if (st != ORTMEM_OK) {
         pthread_mutex_destroy(&b->events.lock);
         pthread_mutex_destroy(&b->lock);
-        free(b);
+        om_free(b);
         return st;
     }
     *out = b;
@@ -253,9 +254,9 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
                     b->ops.name, (unsigned long long)quarantined, (unsigned long long)granules);
     for (size_t i = 0; i < b->quarantine_count; i++) {
         om_account_drop(&b->quarantine[i]->owner);
-        free(b->quarantine[i]);
+        om_free(b->quarantine[i]);
     }
-    free(b->quarantine);
+    om_free(b->quarantine);
     om_account_drop(&b->pool_account);
     om_account_drop(&b->quarantine_account);
     om_events_teardown(b);
@@ -265,7 +266,7 @@ ortmem_status ortmem_backend_destroy(ortmem_backend *b)
         om_backend_unuse(b->inner);
     pthread_mutex_destroy(&b->events.lock);
     pthread_mutex_destroy(&b->lock);
-    free(b);
+    om_free(b);
     om_handle_end_destroy();
     return st;
 }

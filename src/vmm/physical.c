@@ -2,6 +2,7 @@
  * the granule's owned charge between accounts (owner, pool, quarantine). */
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "vmm/backend.h"
@@ -38,7 +39,7 @@ om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account
 static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, const om_account *owner,
                                  om_phys **out)
 {
-    om_phys *p = calloc(1, sizeof *p);
+    om_phys *p = om_calloc(1, sizeof *p);
     if (!p)
         return OM_ERR(ORTMEM_E_NOMEM, "granule bookkeeping: %zu bytes", sizeof *p);
     p->size = b->granule;
@@ -59,7 +60,7 @@ ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account
     st = om_backend_create_granule(b, p->size, create_flags, &p->handle);
     if (st != ORTMEM_OK) {
         om_account_drop(&p->owner);
-        free(p);
+        om_free(p);
         return st;
     }
     om_ledger_owned_add(b, p->size);
@@ -77,7 +78,7 @@ ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner,
     st = om_backend_import(b, fd, p->size, &p->handle);
     if (st != ORTMEM_OK) {
         om_account_drop(&p->owner);
-        free(p);
+        om_free(p);
         return st;
     }
     om_ledger_owned_add(b, p->size);
@@ -100,7 +101,7 @@ void om_phys_poison(ortmem_backend *b, om_phys *p)
         p->poisoned = true;
         if (b->quarantine_count == b->quarantine_capacity) {
             size_t ncap = b->quarantine_capacity ? b->quarantine_capacity * 2 : 16;
-            om_phys **grown = realloc(b->quarantine, ncap * sizeof *grown);
+            om_phys **grown = om_realloc(b->quarantine, ncap * sizeof *grown);
             if (grown) {
                 b->quarantine = grown;
                 b->quarantine_capacity = ncap;
@@ -132,7 +133,7 @@ ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
     om_ledger_owned_sub(b, p->size);
     om_account_refund(&p->owner, p->size, 0);
     om_account_drop(&p->owner);
-    free(p);
+    om_free(p);
     return ORTMEM_OK;
 }
 

@@ -1,5 +1,6 @@
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "vmm/backend.h"
 
@@ -20,7 +21,7 @@ bool om_pool_put_locked(ortmem_backend *b, om_phys *p)
         return false;
     if (pool->count == pool->capacity_items) {
         size_t ncap = pool->capacity_items ? pool->capacity_items * 2 : 16;
-        om_phys **grown = realloc(pool->items, ncap * sizeof *grown);
+        om_phys **grown = om_realloc(pool->items, ncap * sizeof *grown);
         if (!grown)
             return false;
         pool->items = grown;
@@ -58,7 +59,7 @@ static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *rele
 void om_pool_teardown(ortmem_backend *b)
 {
     (void)om_pool_shrink(b, 0, NULL);
-    free(b->pool.items);
+    om_free(b->pool.items);
     b->pool.items = NULL;
     b->pool.capacity_items = 0;
 }

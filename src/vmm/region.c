@@ -6,6 +6,7 @@
  * - one unmap and one set-access per contiguous run of granules;
  * - a granule whose unmap or release failed is poisoned: it stays charged, is
  *   never reused and is reported; the VA is freed only when nothing stays. */
+#include "core/alloc.h"
 #include "vmm/region.h"
 
 #include <stdlib.h>
@@ -249,7 +250,7 @@ static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys
                                   ortmem_access access, bool fresh, om_hold *hold)
 {
     ortmem_backend *b = r->backend;
-    bool *mapped = calloc(n, sizeof *mapped);
+    bool *mapped = om_calloc(n, sizeof *mapped);
     if (!mapped)
         return OM_ERR(ORTMEM_E_NOMEM, "run bookkeeping for %zu granules", n);
     ortmem_status st = ORTMEM_OK;
@@ -267,7 +268,7 @@ static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys
         st = om_backend_set_access(b, va_of(r, g0 + i), len * r->granule, access);
     if (st != ORTMEM_OK) {
         rollback_new_mappings(r, g0, n, mapped, phys, fresh);
-        free(mapped);
+        om_free(mapped);
         return st;
     }
     for (size_t k = 0; k < n; k++) {
@@ -277,7 +278,7 @@ static ortmem_status map_granules(ortmem_region *r, size_t g0, size_t n, om_phys
         uint32_t epoch = r->slots[g0 + k].epoch + 1;
         r->slots[g0 + k] = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access, 0, 0, epoch};
     }
-    free(mapped);
+    om_free(mapped);
     return ORTMEM_OK;
 }
 
@@ -311,11 +312,11 @@ static ortmem_status unmap_runs(ortmem_region *r, size_t g0, size_t n, const boo
         size_t bytes = len * r->granule;
         ortmem_status st = om_backend_unmap(b, va_of(r, g0 + i), bytes);
         if (st != ORTMEM_OK) {
-            bool *done = calloc(n, sizeof *done);
+            bool *done = om_calloc(n, sizeof *done);
             if (done) {
                 memcpy(done, sel, i * sizeof *done);
                 restore_runs(r, g0, n, done);
-                free(done);
+                om_free(done);
             } else {
                 for (size_t k = 0; k < i; k++) {
                     if (sel[k])
@@ -398,10 +399,10 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
                       opt.alignment, g);
     }
     size_t size = (opt.size + g - 1) & ~(g - 1);
-    ortmem_region *r = calloc(1, sizeof *r);
-    om_slot *slots = r ? calloc(size / g, sizeof *slots) : NULL;
+    ortmem_region *r = om_calloc(1, sizeof *r);
+    om_slot *slots = r ? om_calloc(size / g, sizeof *slots) : NULL;
     if (!r || !slots) {
-        free(r);
+        om_free(r);
         om_backend_unpin(b);
         om_account_drop(&account);
         return OM_ERR(ORTMEM_E_NOMEM, "region create: bookkeeping for %zu granules", size / g);
@@ -409,8 +410,8 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
     r->slots = slots;
     st = om_backend_reserve(b, size, align, &r->base);
     if (st != ORTMEM_OK) {
-        free(slots);
-        free(r);
+        om_free(slots);
+        om_free(r);
         om_backend_unpin(b);
         om_account_drop(&account);
         return om_error_wrap(st, "region create (%zu bytes)", size);
@@ -429,8 +430,8 @@ ortmem_status om_region_create(ortmem_backend *b, const ortmem_region_options *o
     if (st != ORTMEM_OK) {
         (void)om_backend_unreserve(b, r->base, size);
         pthread_mutex_destroy(&r->lock);
-        free(slots);
-        free(r);
+        om_free(slots);
+        om_free(r);
         om_backend_unpin(b);
         om_account_drop(&account);
         return st;
@@ -464,7 +465,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
     }
     ortmem_backend *b = r->backend;
     pthread_mutex_lock(&r->lock);
-    bool *sel = calloc(r->count ? r->count : 1, sizeof *sel);
+    bool *sel = om_calloc(r->count ? r->count : 1, sizeof *sel);
     ortmem_status result = ORTMEM_OK;
     size_t poisoned = 0;
     for (size_t i = 0; i < r->count; i++) {
@@ -495,7 +496,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
     }
     for (size_t i = 0; i < r->count; i++)
         poisoned += r->slots[i].state == ORTMEM_GRANULE_POISONED;
-    free(sel);
+    om_free(sel);
     if (poisoned) {
         om_ledger_count(&b->ledger.leaked_va, r->size, b);
         result = OM_ERR(ORTMEM_E_QUARANTINED,
@@ -514,10 +515,10 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
         om_trace_line("destroy r%llu", (unsigned long long)r->id);
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_destroy(&r->lock);
-    free(r->slots);
+    om_free(r->slots);
     om_backend_unuse(b);
     om_account_drop(&r->account);
-    free(r);
+    om_free(r);
     om_handle_end_destroy();
     return result;
 }
@@ -660,8 +661,8 @@ ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges,
     r->relief = relief;
     size_t g0 = 0, n = 0;
     st = ranges_span(r, ranges, count, "region commit", &g0, &n);
-    om_phys **phys = st == ORTMEM_OK ? calloc(n, sizeof *phys) : NULL;
-    bool *want = phys ? calloc(n, sizeof *want) : NULL;
+    om_phys **phys = st == ORTMEM_OK ? om_calloc(n, sizeof *phys) : NULL;
+    bool *want = phys ? om_calloc(n, sizeof *want) : NULL;
     if (st == ORTMEM_OK && !want)
         st = OM_ERR(ORTMEM_E_NOMEM, "region commit: bookkeeping for %zu granules", n);
     for (size_t i = 0; st == ORTMEM_OK && i < count; i++) {
@@ -697,8 +698,8 @@ ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges,
                               ranges[i].length);
         }
     }
-    free(want);
-    free(phys);
+    om_free(want);
+    om_free(phys);
     r->relief = NULL;
     unpin_region(r);
     return st;
@@ -729,7 +730,7 @@ ortmem_status ortmem_region_decommit_ranges(ortmem_region *r, const ortmem_range
         return st;
     size_t g0 = 0, n = 0;
     st = ranges_span(r, ranges, count, "region decommit", &g0, &n);
-    bool *sel = st == ORTMEM_OK ? calloc(n, sizeof *sel) : NULL;
+    bool *sel = st == ORTMEM_OK ? om_calloc(n, sizeof *sel) : NULL;
     if (st == ORTMEM_OK && !sel)
         st = OM_ERR(ORTMEM_E_NOMEM, "region decommit: bookkeeping for %zu granules", n);
     /* Only granules wholly inside a range. */
@@ -753,7 +754,7 @@ ortmem_status ortmem_region_decommit_ranges(ortmem_region *r, const ortmem_range
          i++)
         om_trace_line("decommit r%llu %zu %zu", (unsigned long long)r->id, ranges[i].offset,
                       ranges[i].length);
-    free(sel);
+    om_free(sel);
     unpin_region(r);
     return st;
 }
@@ -866,7 +867,7 @@ static ortmem_status region_share_once(ortmem_region *dst, size_t dst_offset, or
     dst->relief = relief;
     st = check_share(dst, dst_offset, src, src_offset, len);
     size_t n = st == ORTMEM_OK ? len / dst->granule : 0;
-    om_phys **phys = n ? calloc(n, sizeof *phys) : NULL;
+    om_phys **phys = n ? om_calloc(n, sizeof *phys) : NULL;
     if (st == ORTMEM_OK && !phys)
         st = OM_ERR(ORTMEM_E_NOMEM, "region share: bookkeeping for %zu granules", n);
     if (st == ORTMEM_OK) {
@@ -889,7 +890,7 @@ static ortmem_status region_share_once(ortmem_region *dst, size_t dst_offset, or
                           : access == ORTMEM_ACCESS_READ     ? "ro"
                                                              : "none");
     }
-    free(phys);
+    om_free(phys);
     dst->relief = NULL;
     unlock_pair(dst, src);
     om_handle_unpin(&src->hdr);
@@ -964,8 +965,8 @@ static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool 
     ortmem_status st = om_backend_reserve(b, count * r->granule, r->granule, &scratch);
     if (st != ORTMEM_OK)
         return st;
-    bool *mapped = calloc(count, sizeof *mapped);
-    om_phys **order = calloc(count, sizeof *order);
+    bool *mapped = om_calloc(count, sizeof *mapped);
+    om_phys **order = om_calloc(count, sizeof *order);
     if (!mapped || !order)
         st = OM_ERR(ORTMEM_E_NOMEM, "cow: bookkeeping for %zu granules", count);
     size_t j = 0;
@@ -1008,8 +1009,8 @@ static ortmem_status cow_fill(ortmem_region *r, size_t g0, size_t n, const bool 
         om_ledger_count(&b->ledger.leaked_va, count * r->granule, b);
         *leaked_va = true;
     }
-    free(mapped);
-    free(order);
+    om_free(mapped);
+    om_free(order);
     return st;
 }
 
@@ -1026,8 +1027,8 @@ static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len
     size_t n = st == ORTMEM_OK ? (offset + len - 1) / r->granule + 1 - g0 : 0;
     if (st == ORTMEM_OK)
         st = no_poison(r, g0, n, "region cow");
-    bool *cand = st == ORTMEM_OK ? calloc(n, sizeof *cand) : NULL;
-    om_phys **fresh = cand ? calloc(n, sizeof *fresh) : NULL;
+    bool *cand = st == ORTMEM_OK ? om_calloc(n, sizeof *cand) : NULL;
+    om_phys **fresh = cand ? om_calloc(n, sizeof *fresh) : NULL;
     if (st == ORTMEM_OK && (!cand || !fresh))
         st = OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping for %zu granules", n);
     size_t count = 0;
@@ -1056,7 +1057,7 @@ static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len
     if (st == ORTMEM_OK && count) {
         st = unmap_runs(r, g0, n, cand);
         if (st == ORTMEM_OK) {
-            om_slot *old = calloc(n, sizeof *old);
+            om_slot *old = om_calloc(n, sizeof *old);
             if (!old) {
                 restore_runs(r, g0, n, cand);
                 st = OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping");
@@ -1095,7 +1096,7 @@ static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len
                     }
                     restore_runs(r, g0, n, cand);
                 }
-                free(old);
+                om_free(old);
             }
         }
     }
@@ -1111,8 +1112,8 @@ static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len
                     "region cow [%zu, +%zu): copied, but the %zu-byte scratch VA could not be "
                     "returned and is left reserved",
                     offset, len, count * r->granule);
-    free(cand);
-    free(fresh);
+    om_free(cand);
+    om_free(fresh);
     r->relief = NULL;
     unpin_region(r);
     return st;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "vmm/backend.h"
 
@@ -219,14 +220,14 @@ static ortmem_status cpu_create(void *self, size_t size, unsigned flags, uint64_
     if (!size || size % c->page)
         return OM_ERR(ORTMEM_E_ALIGN, "create: %zu bytes is not a multiple of the page (%zu)", size,
                       c->page);
-    cpu_granule *g = calloc(1, sizeof *g);
+    cpu_granule *g = om_calloc(1, sizeof *g);
     if (!g)
         return OM_ERR(ORTMEM_E_NOMEM, "create: granule bookkeeping");
     g->size = size;
     ortmem_status st = (flags & ORTMEM_CREATE_EXPORTABLE) ? cpu_create_exportable(c, size, g)
                                                           : cpu_create_extent(c, size, g);
     if (st != ORTMEM_OK) {
-        free(g);
+        om_free(g);
         return st;
     }
     cpu_track(c, g);
@@ -243,12 +244,12 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
     if (g->own_fd) {
         cpu_untrack_locked(c, g);
         close(g->fd);
-        free(g);
+        om_free(g);
         goto out;
     }
     if (g->size == c->granule && c->hole_count == c->hole_capacity) {
         size_t ncap = c->hole_capacity ? c->hole_capacity * 2 : 64;
-        off_t *grown = realloc(c->holes, ncap * sizeof *grown);
+        off_t *grown = om_realloc(c->holes, ncap * sizeof *grown);
         if (!grown) {
             st = OM_ERR(ORTMEM_E_NOMEM, "release: hole list of %zu entries", ncap);
             goto out;
@@ -264,7 +265,7 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
     if (g->size == c->granule)
         c->holes[c->hole_count++] = g->offset;
     cpu_untrack_locked(c, g);
-    free(g);
+    om_free(g);
 out:
     pthread_mutex_unlock(&c->lock);
     return st;
@@ -336,13 +337,13 @@ static ortmem_status cpu_import(void *self, int fd, size_t size, uint64_t *handl
     if (st.st_size < 0 || (uint64_t)st.st_size < size)
         return OM_ERR(ORTMEM_E_RANGE, "import: descriptor holds %lld bytes, granule needs %zu",
                       (long long)st.st_size, size);
-    cpu_granule *g = calloc(1, sizeof *g);
+    cpu_granule *g = om_calloc(1, sizeof *g);
     if (!g)
         return OM_ERR(ORTMEM_E_NOMEM, "import: granule bookkeeping");
     g->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (g->fd < 0) {
         int err = errno;
-        free(g);
+        om_free(g);
         return cpu_errno("import (dup)", err, size);
     }
     g->size = size;
@@ -410,11 +411,11 @@ static void cpu_destroy(void *self)
         c->live = g->next;
         if (g->own_fd)
             close(g->fd);
-        free(g);
+        om_free(g);
     }
     if (c->shared_fd >= 0)
         close(c->shared_fd);
-    free(c->holes);
+    om_free(c->holes);
 #ifdef ORTMEM_HAVE_HWLOC
     if (c->nodeset)
         hwloc_bitmap_free(c->nodeset);
@@ -422,7 +423,7 @@ static void cpu_destroy(void *self)
         hwloc_topology_destroy(c->topology);
 #endif
     pthread_mutex_destroy(&c->lock);
-    free(c);
+    om_free(c);
 }
 
 static const ortmem_backend_ops cpu_ops = {
@@ -510,7 +511,7 @@ ortmem_status ortmem_cpu_backend_create(const ortmem_cpu_options *options, ortme
         return OM_ERR(ORTMEM_E_INVALID,
                       "cpu backend create: granule %zu must be a power of two >= the page (%ld)",
                       granule, page);
-    cpu_backend *c = calloc(1, sizeof *c);
+    cpu_backend *c = om_calloc(1, sizeof *c);
     if (!c)
         return OM_ERR(ORTMEM_E_NOMEM, "cpu backend create: bookkeeping");
     c->page = (size_t)page;

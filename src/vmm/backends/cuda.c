@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "capture/gate.h"
+#include "core/alloc.h"
 #include "core/error.h"
 #include "vmm/backend.h"
 
@@ -524,7 +525,7 @@ static void cuda_destroy(void *self)
     cuda_backend *c = self;
     if (c->ctx)
         (void)DRV(c, cuDevicePrimaryCtxRelease)(c->device);
-    free(c);
+    om_free(c);
 }
 
 static const ortmem_backend_ops cuda_ops = {
@@ -736,7 +737,7 @@ ortmem_status ortmem_cuda_backend_create(const ortmem_cuda_options *options, ort
     st = cuda_resolver(&opt, &gpa);
     if (st != ORTMEM_OK)
         return st;
-    cuda_backend *c = calloc(1, sizeof *c);
+    cuda_backend *c = om_calloc(1, sizeof *c);
     if (!c)
         return OM_ERR(ORTMEM_E_NOMEM, "cuda backend create: bookkeeping");
     c->ordinal = opt.ordinal;

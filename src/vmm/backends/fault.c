@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "vmm/backend.h"
 
@@ -176,7 +177,7 @@ static void fault_destroy(void *self)
 {
     fault_backend *f = self;
     pthread_mutex_destroy(&f->lock);
-    free(f);
+    om_free(f);
 }
 
 static ortmem_status fault_validate(const ortmem_fault_options *options, ortmem_fault_options *out,
@@ -212,7 +213,7 @@ ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
     st = om_backend_pin(inner, "fault backend create");
     if (st != ORTMEM_OK)
         return st;
-    fault_backend *f = calloc(1, sizeof *f);
+    fault_backend *f = om_calloc(1, sizeof *f);
     if (!f) {
         om_backend_unpin(inner);
         return OM_ERR(ORTMEM_E_NOMEM, "fault backend create: bookkeeping");
