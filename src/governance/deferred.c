@@ -233,14 +233,3 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
         return OM_ERR(failure, "%s", detail);
     return st;
 }
-
-void om_deferred_discard_all(ortmem_authority *a)
-{
-    for (om_deferred *d = a->deferred, *next; d; d = next) {
-        next = d->next;
-        om_fence_unhold(d->fence);
-        om_free(d);
-    }
-    a->deferred = NULL;
-    a->deferred_count = 0;
-}

@@ -523,14 +523,6 @@ ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event)
     return st;
 }
 
-uint64_t om_backend_live_events(ortmem_backend *b)
-{
-    pthread_mutex_lock(&b->events.lock);
-    uint64_t n = b->events.count;
-    pthread_mutex_unlock(&b->events.lock);
-    return n;
-}
-
 ortmem_status ortmem_backend_copy_async(ortmem_backend *b, void *dst, const void *src, size_t len,
                                         uint64_t stream)
 {

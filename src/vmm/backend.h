@@ -105,8 +105,6 @@ ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event);
 ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event);
 /* All three event slots present. */
 bool om_backend_has_events(const ortmem_backend *b);
-/* Events recorded through b and not released yet. */
-uint64_t om_backend_live_events(ortmem_backend *b);
 
 /* Ledger movements (ledger.c). */
 void om_ledger_owned_add(ortmem_backend *b, size_t bytes);
