@@ -3,8 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define OM_DETAIL_MAX 512
-
 static _Thread_local char om_detail[OM_DETAIL_MAX];
 
 static const char *const om_status_names[ORTMEM_STATUS_COUNT] = {
@@ -44,6 +42,17 @@ const char *ortmem_last_error(void)
 void om_error_clear(void)
 {
     om_detail[0] = '\0';
+}
+
+void om_error_save(om_error_saved *saved)
+{
+    memcpy(saved->detail, om_detail, sizeof saved->detail);
+}
+
+ortmem_status om_error_restore(const om_error_saved *saved, ortmem_status status)
+{
+    memcpy(om_detail, saved->detail, sizeof om_detail);
+    return status;
 }
 
 ortmem_status ortmem_error_set(ortmem_status status, const char *fmt, ...)

@@ -282,15 +282,15 @@ static ortmem_status om_register_holder(ortmem_kv_cache *c, const char *name, in
 static ortmem_status om_cache_free(ortmem_kv_cache *c)
 {
     ortmem_status st = c->zero ? ortmem_region_destroy(c->zero) : ORTMEM_OK;
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    om_error_saved failure;
+    om_error_save(&failure);
     if (c->prefix_holder)
         (void)ortmem_holder_unregister(c->prefix_holder);
     if (c->holder)
         (void)ortmem_holder_unregister(c->holder);
     pthread_mutex_destroy(&c->lock);
     om_free(c);
-    return st == ORTMEM_OK ? st : ortmem_error_set(st, "%s", detail);
+    return st == ORTMEM_OK ? st : om_error_restore(&failure, st);
 }
 
 ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
@@ -391,10 +391,10 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     if (st == ORTMEM_OK)
         st = om_handle_register(&c->hdr, OM_KIND_KV_CACHE);
     if (st != ORTMEM_OK) {
-        char detail[512];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_error_saved failure;
+        om_error_save(&failure);
         (void)om_cache_free(c);
-        return ortmem_error_set(st, "%s", detail);
+        return om_error_restore(&failure, st);
     }
     *out = c;
     return ORTMEM_OK;
@@ -421,12 +421,12 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
     }
     /* Gone either way; a quarantine on the way is reported. */
     st = om_prefix_release_all(c);
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    om_error_saved failure;
+    om_error_save(&failure);
     ortmem_status fst = om_cache_free(c);
     om_handle_end_destroy();
     if (st != ORTMEM_OK)
-        return ortmem_error_set(st, "kv cache destroy: %s", detail);
+        return ortmem_error_set(st, "kv cache destroy: %s", failure.detail);
     return fst;
 }
 
