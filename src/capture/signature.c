@@ -162,14 +162,14 @@ ortmem_status ortmem_graph_signature_add_binding(ortmem_graph_signature *s, ortm
                       value);
     ortmem_kv_binding seen = {.struct_size = sizeof seen};
     if (binding) {
-        if (binding->struct_size < sizeof seen)
-            return OM_ERR(ORTMEM_E_INVALID,
-                          "graph signature add binding: binding struct_size %zu (need %zu)",
-                          binding->struct_size, sizeof seen);
+        ortmem_status st = om_struct_check("graph signature add binding", "binding",
+                                           &binding->struct_size, sizeof seen, SIZE_MAX);
+        if (st != ORTMEM_OK)
+            return st;
         memcpy(&seen, binding, sizeof seen);
         /* The sequence and (layer, value) must exist; the answer is not kept. */
         ortmem_kv_binding now = {.struct_size = sizeof now};
-        ortmem_status st = ortmem_kv_seq_binding(seq, layer, value, &now);
+        st = ortmem_kv_seq_binding(seq, layer, value, &now);
         if (st != ORTMEM_OK)
             return om_error_wrap(st, "graph signature add binding");
     } else {

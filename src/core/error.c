@@ -86,3 +86,23 @@ ortmem_status om_error_wrap(ortmem_status status, const char *fmt, ...)
     }
     return status;
 }
+
+ortmem_status om_struct_check(const char *what, const char *name, const size_t *struct_size,
+                              size_t need, size_t know)
+{
+    if (!struct_size)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: %s is NULL", what, name);
+    size_t size = *struct_size;
+    if (size == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: %s struct_size is 0 (set it to sizeof the struct)",
+                      what, name);
+    if (size < need)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "%s: %s struct_size %zu is smaller than the %zu bytes this library needs",
+                      what, name, size, need);
+    if (size > know)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "%s: %s struct_size %zu is larger than the %zu bytes this library knows",
+                      what, name, size, know);
+    return ORTMEM_OK;
+}

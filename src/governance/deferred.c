@@ -114,10 +114,10 @@ static ortmem_status om_carry_out(om_deferred *d)
 ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *report)
 {
     om_error_clear();
-    if (report && (report->struct_size == 0 || report->struct_size > sizeof *report))
-        return OM_ERR(ORTMEM_E_INVALID, "authority poll: report struct_size %zu unset",
-                      report ? report->struct_size : 0);
-    ortmem_status st = om_authority_pin(a, "authority poll");
+    ortmem_status st = report ? OM_STRUCT_CHECK("authority poll", "report", report) : ORTMEM_OK;
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_authority_pin(a, "authority poll");
     if (st != ORTMEM_OK)
         return st;
     /* Claim the idle entries, then work without the lock. */

@@ -299,9 +299,9 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     om_error_clear();
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "kv cache create: options or out is NULL");
-    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_kv_cache_options))
-        return OM_ERR(ORTMEM_E_INVALID, "kv cache create: options struct_size %zu (knows %zu)",
-                      options->struct_size, sizeof(ortmem_kv_cache_options));
+    ortmem_status st = OM_STRUCT_CHECK("kv cache create", "options", options);
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_kv_cache_options o = ORTMEM_KV_CACHE_OPTIONS_INIT;
     memcpy(&o, options, options->struct_size);
     if ((unsigned)o.strategy >= ORTMEM_KV_STRATEGY_COUNT)
@@ -313,7 +313,7 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
         return OM_ERR(ORTMEM_E_HANDLE, "kv cache create: %p is not a live authority",
                       (void *)authority);
     size_t granule = 0;
-    ortmem_status st = ortmem_backend_granule(backend, &granule);
+    st = ortmem_backend_granule(backend, &granule);
     if (st != ORTMEM_OK)
         return st;
     if (o.geometry.granule == 0)
@@ -459,9 +459,10 @@ static void om_add_holder(ortmem_holder *h, ortmem_kv_stats *s)
 ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
 {
     om_error_clear();
-    if (!stats || stats->struct_size == 0 || stats->struct_size > sizeof *stats)
-        return OM_ERR(ORTMEM_E_INVALID, "kv cache stats: NULL or struct_size unset");
-    ortmem_status st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache stats");
+    ortmem_status st = OM_STRUCT_CHECK("kv cache stats", "stats", stats);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache stats");
     if (st != ORTMEM_OK)
         return st;
     ortmem_kv_stats s;

@@ -480,9 +480,10 @@ ortmem_status ortmem_kv_seq_binding(ortmem_kv_seq *s, uint32_t layer, int value,
                                     ortmem_kv_binding *binding)
 {
     om_error_clear();
-    if (!binding || binding->struct_size == 0 || binding->struct_size > sizeof *binding)
-        return OM_ERR(ORTMEM_E_INVALID, "kv binding: output NULL or struct_size unset");
-    ortmem_status st = om_seq_pin(s, "kv binding");
+    ortmem_status st = OM_STRUCT_CHECK("kv binding", "binding", binding);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_seq_pin(s, "kv binding");
     if (st != ORTMEM_OK)
         return st;
     ortmem_kv_cache *c = s->cache;

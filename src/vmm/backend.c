@@ -153,11 +153,11 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
     om_error_clear();
     if (!ops || !out)
         return OM_ERR(ORTMEM_E_INVALID, "backend create: ops or out is NULL");
-    if (ops->struct_size < offsetof(ortmem_backend_ops, export_fd))
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "backend create: ops struct_size %zu is smaller than the required "
-                      "slots (%zu bytes)",
-                      ops->struct_size, offsetof(ortmem_backend_ops, export_fd));
+    /* The required slots end with set_access; a newer caller's extra slots are not read. */
+    ortmem_status st = om_struct_check("backend create", "ops", &ops->struct_size,
+                                       OM_SIZE_THROUGH(ortmem_backend_ops, set_access), SIZE_MAX);
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_backend_ops copy;
     memset(&copy, 0, sizeof copy);
     memcpy(&copy, ops, ops->struct_size < sizeof copy ? ops->struct_size : sizeof copy);
@@ -168,7 +168,7 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
                       "backend create: a required slot (granularity, reserve, unreserve, "
                       "create, release, map, unmap, set_access) is NULL");
     size_t minimum = 0, recommended = 0;
-    ortmem_status st = copy.granularity(self, &minimum, &recommended);
+    st = copy.granularity(self, &minimum, &recommended);
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "backend create: granularity query failed");
     if (!om_is_pow2(minimum) || !om_is_pow2(recommended) || recommended < minimum)
