@@ -10,6 +10,7 @@
 
 #include "core/counter.h"
 #include "core/handle.h"
+#include "core/hashset.h"
 #include "vmm/account.h"
 
 typedef struct om_ledger {
@@ -43,13 +44,10 @@ typedef struct om_pool {
     size_t bytes;
 } om_pool;
 
-/* The events a backend handed out and nobody released yet (backend.c). */
+/* The events a backend handed out and nobody released yet (backend.c), so
+ * that a foreign or released event never reaches the driver. */
 typedef struct om_event_set {
-    uint64_t *keys;
-    uint8_t *state;
-    size_t capacity; /* a power of two, or 0 */
-    size_t count;    /* live events */
-    size_t used;     /* live plus deleted slots */
+    om_hashset live;
     pthread_mutex_t lock;
 } om_event_set;
 
