@@ -162,14 +162,14 @@ ortmem_status ortmem_graph_signature_add_binding(ortmem_graph_signature *s, ortm
                       value);
     ortmem_kv_binding seen = {.struct_size = sizeof seen};
     if (binding) {
-        if (binding->struct_size < sizeof seen)
-            return OM_ERR(ORTMEM_E_INVALID,
-                          "graph signature add binding: binding struct_size %zu (need %zu)",
-                          binding->struct_size, sizeof seen);
+        ortmem_status st = om_struct_check("graph signature add binding", "binding",
+                                           &binding->struct_size, sizeof seen, SIZE_MAX);
+        if (st != ORTMEM_OK)
+            return st;
         memcpy(&seen, binding, sizeof seen);
         /* The sequence and (layer, value) must exist; the answer is not kept. */
         ortmem_kv_binding now = {.struct_size = sizeof now};
-        ortmem_status st = ortmem_kv_seq_binding(seq, layer, value, &now);
+        st = ortmem_kv_seq_binding(seq, layer, value, &now);
         if (st != ORTMEM_OK)
             return om_error_wrap(st, "graph signature add binding");
     } else {
@@ -223,16 +223,13 @@ static void check_range(om_judgement *j, const om_sig_range *e)
 {
     ortmem_range_state rs = {.struct_size = sizeof rs};
     ortmem_status st = ortmem_region_range_state(e->region, e->offset, e->len, &rs);
-    char detail[256] = "";
-    if (st == ORTMEM_E_RANGE) {
-        /* A smaller region at the recycled address? */
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
-        if (ortmem_region_range_state(e->region, 0, 1, &rs) == ORTMEM_OK &&
-            rs.region_id != e->region_id)
-            st = ORTMEM_OK;
-    } else if (st != ORTMEM_OK) {
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
-    }
+    om_error_saved failure = {""};
+    if (st != ORTMEM_OK)
+        om_error_save(&failure);
+    /* A smaller region at the recycled address? */
+    if (st == ORTMEM_E_RANGE && ortmem_region_range_state(e->region, 0, 1, &rs) == ORTMEM_OK &&
+        rs.region_id != e->region_id)
+        st = ORTMEM_OK;
     if (st == ORTMEM_E_HANDLE || (st == ORTMEM_OK && rs.region_id != e->region_id)) {
         invalidate(j,
                    "region r%" PRIu64 " destroyed: the graph's range [%zu, +%zu) at %p is "
@@ -242,7 +239,7 @@ static void check_range(om_judgement *j, const om_sig_range *e)
     }
     if (st != ORTMEM_OK) {
         invalidate(j, "region r%" PRIu64 " [%zu, +%zu) cannot be read: %s", e->region_id, e->offset,
-                   e->len, detail);
+                   e->len, failure.detail);
         return;
     }
     if (!rs.all_mapped) {

@@ -3,8 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define OM_DETAIL_MAX 512
-
 static _Thread_local char om_detail[OM_DETAIL_MAX];
 
 static const char *const om_status_names[ORTMEM_STATUS_COUNT] = {
@@ -46,6 +44,17 @@ void om_error_clear(void)
     om_detail[0] = '\0';
 }
 
+void om_error_save(om_error_saved *saved)
+{
+    memcpy(saved->detail, om_detail, sizeof saved->detail);
+}
+
+ortmem_status om_error_restore(const om_error_saved *saved, ortmem_status status)
+{
+    memcpy(om_detail, saved->detail, sizeof om_detail);
+    return status;
+}
+
 ortmem_status ortmem_error_set(ortmem_status status, const char *fmt, ...)
 {
     va_list ap;
@@ -76,4 +85,24 @@ ortmem_status om_error_wrap(ortmem_status status, const char *fmt, ...)
         om_detail[plen + 2 + ilen] = '\0';
     }
     return status;
+}
+
+ortmem_status om_struct_check(const char *what, const char *name, const size_t *struct_size,
+                              size_t need, size_t know)
+{
+    if (!struct_size)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: %s is NULL", what, name);
+    size_t size = *struct_size;
+    if (size == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: %s struct_size is 0 (set it to sizeof the struct)",
+                      what, name);
+    if (size < need)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "%s: %s struct_size %zu is smaller than the %zu bytes this library needs",
+                      what, name, size, need);
+    if (size > know)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "%s: %s struct_size %zu is larger than the %zu bytes this library knows",
+                      what, name, size, know);
+    return ORTMEM_OK;
 }

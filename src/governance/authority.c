@@ -284,10 +284,9 @@ ortmem_status ortmem_authority_create(ortmem_backend *backend,
     om_error_clear();
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "authority create: options or out is NULL");
-    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_authority_options))
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "authority create: options struct_size %zu (this library knows %zu)",
-                      options->struct_size, sizeof(ortmem_authority_options));
+    ortmem_status st = OM_STRUCT_CHECK("authority create", "options", options);
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_authority_options opt = ORTMEM_AUTHORITY_OPTIONS_INIT;
     memcpy(&opt, options, options->struct_size);
     if (opt.limit_bytes == 0)
@@ -295,7 +294,7 @@ ortmem_status ortmem_authority_create(ortmem_backend *backend,
     if (!(opt.aging_per_second >= 0.0))
         return OM_ERR(ORTMEM_E_INVALID, "authority create: aging_per_second %g is negative",
                       opt.aging_per_second);
-    ortmem_status st = om_backend_pin(backend, "authority create");
+    st = om_backend_pin(backend, "authority create");
     if (st != ORTMEM_OK)
         return st;
     ortmem_authority *a = om_calloc(1, sizeof *a);
@@ -416,10 +415,11 @@ ortmem_status ortmem_authority_set_limit(ortmem_authority *a, uint64_t limit_byt
     om_error_clear();
     if (limit_bytes == 0)
         return OM_ERR(ORTMEM_E_INVALID, "authority set limit: limit is 0");
-    if (outcome && (outcome->struct_size == 0 || outcome->struct_size > sizeof *outcome))
-        return OM_ERR(ORTMEM_E_INVALID, "authority set limit: outcome struct_size %zu unset",
-                      outcome ? outcome->struct_size : 0);
-    ortmem_status st = om_authority_pin(a, "authority set limit");
+    ortmem_status st =
+        outcome ? OM_STRUCT_CHECK("authority set limit", "outcome", outcome) : ORTMEM_OK;
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_authority_pin(a, "authority set limit");
     if (st != ORTMEM_OK)
         return st;
     pthread_mutex_lock(&a->lock);

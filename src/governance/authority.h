@@ -114,10 +114,6 @@ void om_capacity_freed_locked(ortmem_authority *a);
 
 /* Tickets (ticket.c). */
 void om_tickets_serve_locked(ortmem_authority *a);
-void om_tickets_cancel_all_locked(ortmem_authority *a);
-
-/* Deferred releases (deferred.c). */
-void om_deferred_discard_all(ortmem_authority *a);
 
 /* Grants (grant.c): a grant handle over an already applied reservation. */
 ortmem_status om_grant_new(ortmem_holder *h, uint64_t bytes, ortmem_grant **out);

@@ -114,10 +114,10 @@ static ortmem_status om_carry_out(om_deferred *d)
 ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *report)
 {
     om_error_clear();
-    if (report && (report->struct_size == 0 || report->struct_size > sizeof *report))
-        return OM_ERR(ORTMEM_E_INVALID, "authority poll: report struct_size %zu unset",
-                      report ? report->struct_size : 0);
-    ortmem_status st = om_authority_pin(a, "authority poll");
+    ortmem_status st = report ? OM_STRUCT_CHECK("authority poll", "report", report) : ORTMEM_OK;
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_authority_pin(a, "authority poll");
     if (st != ORTMEM_OK)
         return st;
     /* Claim the idle entries, then work without the lock. */
@@ -136,7 +136,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     pthread_mutex_unlock(&a->lock);
     ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
     ortmem_status first_failure = ORTMEM_OK;
-    char detail[256] = "";
+    om_error_saved first_error = {""};
     bool *done = taken ? om_calloc(taken, sizeof *done) : NULL;
     for (size_t i = 0; done && i < taken; i++) {
         om_deferred *d = mine[i];
@@ -153,7 +153,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
             r.failed++;
             if (first_failure == ORTMEM_OK) {
                 first_failure = out;
-                strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+                om_error_save(&first_error);
             }
         }
     }
@@ -184,7 +184,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     if (first_failure != ORTMEM_OK)
         return OM_ERR(first_failure,
                       "authority poll: %llu releases failed and changed nothing; first: %s",
-                      (unsigned long long)r.failed, detail);
+                      (unsigned long long)r.failed, first_error.detail);
     return ORTMEM_OK;
 }
 
@@ -196,13 +196,13 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
     clock_gettime(CLOCK_MONOTONIC, &start);
     ortmem_release_report total = {sizeof total, 0, 0, 0, 0, 0};
     ortmem_status st, failure = ORTMEM_OK;
-    char detail[256] = "";
+    om_error_saved first_error = {""};
     for (;;) {
         ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
         st = ortmem_authority_poll(a, &r);
         if (st != ORTMEM_OK && failure == ORTMEM_OK) {
             failure = st;
-            strncpy(detail, ortmem_last_error(), sizeof detail - 1);
+            om_error_save(&first_error);
         }
         total.completed += r.completed;
         total.quarantined += r.quarantined;
@@ -230,17 +230,6 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
         memcpy(report, &total, report->struct_size);
     }
     if (st == ORTMEM_OK && failure != ORTMEM_OK)
-        return OM_ERR(failure, "%s", detail);
+        return om_error_restore(&first_error, failure);
     return st;
-}
-
-void om_deferred_discard_all(ortmem_authority *a)
-{
-    for (om_deferred *d = a->deferred, *next; d; d = next) {
-        next = d->next;
-        om_fence_unhold(d->fence);
-        om_free(d);
-    }
-    a->deferred = NULL;
-    a->deferred_count = 0;
 }

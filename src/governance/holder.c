@@ -77,15 +77,14 @@ ortmem_status ortmem_holder_register(ortmem_authority *a, const ortmem_holder_op
     om_error_clear();
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "holder register: options or out is NULL");
-    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_holder_options))
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "holder register: options struct_size %zu (this library knows %zu)",
-                      options->struct_size, sizeof(ortmem_holder_options));
+    ortmem_status st = OM_STRUCT_CHECK("holder register", "options", options);
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_holder_options opt = ORTMEM_HOLDER_OPTIONS_INIT;
     memcpy(&opt, options, options->struct_size);
     if ((unsigned)opt.role >= ORTMEM_ROLE_COUNT)
         return OM_ERR(ORTMEM_E_INVALID, "holder register: unknown role %d", (int)opt.role);
-    ortmem_status st = om_authority_pin(a, "holder register");
+    st = om_authority_pin(a, "holder register");
     if (st != ORTMEM_OK)
         return st;
     st = om_holder_add(a, &opt, false, out);

@@ -91,9 +91,10 @@ ortmem_status ortmem_authority_report_get(ortmem_authority *a, ortmem_authority_
                                           ortmem_holder_report *holders, size_t holder_capacity)
 {
     om_error_clear();
-    if (!report || report->struct_size == 0 || report->struct_size > sizeof *report)
-        return OM_ERR(ORTMEM_E_INVALID, "authority report: report NULL or struct_size unset");
-    ortmem_status st = om_authority_pin(a, "authority report");
+    ortmem_status st = OM_STRUCT_CHECK("authority report", "report", report);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_authority_pin(a, "authority report");
     if (st != ORTMEM_OK)
         return st;
     ortmem_authority_report rep;

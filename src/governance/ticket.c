@@ -91,16 +91,6 @@ void om_tickets_serve_locked(ortmem_authority *a)
     }
 }
 
-void om_tickets_cancel_all_locked(ortmem_authority *a)
-{
-    while (a->tickets) {
-        ortmem_ticket *t = om_queue_head(a);
-        om_queue_remove(a, t);
-        t->state = OM_TICKET_CANCELLED;
-    }
-    pthread_cond_broadcast(&a->changed);
-}
-
 ortmem_status ortmem_ticket_submit(ortmem_holder *h, uint64_t bytes, int priority,
                                    ortmem_ticket **out)
 {

@@ -282,15 +282,15 @@ static ortmem_status om_register_holder(ortmem_kv_cache *c, const char *name, in
 static ortmem_status om_cache_free(ortmem_kv_cache *c)
 {
     ortmem_status st = c->zero ? ortmem_region_destroy(c->zero) : ORTMEM_OK;
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    om_error_saved failure;
+    om_error_save(&failure);
     if (c->prefix_holder)
         (void)ortmem_holder_unregister(c->prefix_holder);
     if (c->holder)
         (void)ortmem_holder_unregister(c->holder);
     pthread_mutex_destroy(&c->lock);
     om_free(c);
-    return st == ORTMEM_OK ? st : ortmem_error_set(st, "%s", detail);
+    return st == ORTMEM_OK ? st : om_error_restore(&failure, st);
 }
 
 ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
@@ -299,9 +299,9 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     om_error_clear();
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "kv cache create: options or out is NULL");
-    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_kv_cache_options))
-        return OM_ERR(ORTMEM_E_INVALID, "kv cache create: options struct_size %zu (knows %zu)",
-                      options->struct_size, sizeof(ortmem_kv_cache_options));
+    ortmem_status st = OM_STRUCT_CHECK("kv cache create", "options", options);
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_kv_cache_options o = ORTMEM_KV_CACHE_OPTIONS_INIT;
     memcpy(&o, options, options->struct_size);
     if ((unsigned)o.strategy >= ORTMEM_KV_STRATEGY_COUNT)
@@ -313,7 +313,7 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
         return OM_ERR(ORTMEM_E_HANDLE, "kv cache create: %p is not a live authority",
                       (void *)authority);
     size_t granule = 0;
-    ortmem_status st = ortmem_backend_granule(backend, &granule);
+    st = ortmem_backend_granule(backend, &granule);
     if (st != ORTMEM_OK)
         return st;
     if (o.geometry.granule == 0)
@@ -391,10 +391,10 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     if (st == ORTMEM_OK)
         st = om_handle_register(&c->hdr, OM_KIND_KV_CACHE);
     if (st != ORTMEM_OK) {
-        char detail[512];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_error_saved failure;
+        om_error_save(&failure);
         (void)om_cache_free(c);
-        return ortmem_error_set(st, "%s", detail);
+        return om_error_restore(&failure, st);
     }
     *out = c;
     return ORTMEM_OK;
@@ -421,12 +421,12 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
     }
     /* Gone either way; a quarantine on the way is reported. */
     st = om_prefix_release_all(c);
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    om_error_saved failure;
+    om_error_save(&failure);
     ortmem_status fst = om_cache_free(c);
     om_handle_end_destroy();
     if (st != ORTMEM_OK)
-        return ortmem_error_set(st, "kv cache destroy: %s", detail);
+        return ortmem_error_set(st, "kv cache destroy: %s", failure.detail);
     return fst;
 }
 
@@ -459,9 +459,10 @@ static void om_add_holder(ortmem_holder *h, ortmem_kv_stats *s)
 ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
 {
     om_error_clear();
-    if (!stats || stats->struct_size == 0 || stats->struct_size > sizeof *stats)
-        return OM_ERR(ORTMEM_E_INVALID, "kv cache stats: NULL or struct_size unset");
-    ortmem_status st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache stats");
+    ortmem_status st = OM_STRUCT_CHECK("kv cache stats", "stats", stats);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_handle_pin(c, OM_KIND_KV_CACHE, "kv cache stats");
     if (st != ORTMEM_OK)
         return st;
     ortmem_kv_stats s;

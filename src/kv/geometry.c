@@ -116,8 +116,9 @@ static uint64_t om_round_up(uint64_t v, uint64_t g, bool *ok)
 
 ortmem_status ortmem_kv_geometry_check(const ortmem_kv_geometry *g)
 {
-    if (!g || g->struct_size == 0 || g->struct_size > sizeof *g)
-        return OM_ERR(ORTMEM_E_INVALID, "kv geometry: NULL or struct_size unset");
+    ortmem_status st = OM_STRUCT_CHECK("kv geometry", "geometry", g);
+    if (st != ORTMEM_OK)
+        return st;
     if (!g->layers || !g->kv_heads || !g->head_dim)
         return OM_ERR(ORTMEM_E_INVALID,
                       "kv geometry: layers %u, kv heads %u, head dim %u must all be positive",
@@ -284,8 +285,9 @@ ortmem_status ortmem_kv_evaluate(const ortmem_kv_geometry *g, uint64_t tokens, u
     ortmem_status st = ortmem_kv_geometry_check(g);
     if (st != ORTMEM_OK)
         return st;
-    if (!eval || eval->struct_size == 0 || eval->struct_size > sizeof *eval)
-        return OM_ERR(ORTMEM_E_INVALID, "kv evaluate: eval NULL or struct_size unset");
+    st = OM_STRUCT_CHECK("kv evaluate", "eval", eval);
+    if (st != ORTMEM_OK)
+        return st;
     if (capacity == 0 || batch == 0)
         return OM_ERR(ORTMEM_E_INVALID,
                       "kv evaluate: capacity %llu and batch %llu must be positive",

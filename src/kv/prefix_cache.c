@@ -150,12 +150,11 @@ ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *s, const int32_t *tokens, siz
         st = OM_ERR(ORTMEM_E_RANGE, "kv publish: no whole granule in %llu tokens",
                     (unsigned long long)covered);
     if (st != ORTMEM_OK) {
-        char detail[512];
-        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
-        detail[sizeof detail - 1] = '\0';
+        om_error_saved failure;
+        om_error_save(&failure);
         (void)om_prefix_free(p);
         om_seq_unpin(s);
-        return ortmem_error_set(st, "kv publish: %s", detail);
+        return ortmem_error_set(st, "kv publish: %s", failure.detail);
     }
     if (covered > s->shared_upto)
         s->shared_upto = covered; /* its granules are mapped by the entry now */

@@ -158,11 +158,10 @@ ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t
     if (st == ORTMEM_OK)
         st = om_kv_zero_fill(c, s);
     if (st != ORTMEM_OK && s) {
-        char detail[512];
-        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
-        detail[sizeof detail - 1] = '\0';
+        om_error_saved failure;
+        om_error_save(&failure);
         om_seq_discard(c, s);
-        st = ortmem_error_set(st, "%s", detail);
+        st = om_error_restore(&failure, st);
     }
     if (st == ORTMEM_OK) {
         *out = s;
@@ -237,13 +236,13 @@ static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint
     ortmem_status st = om_kv_token_ranges(c, s->capacity, s->length, to, ranges);
     /* A step that took effect but quarantined something (a scratch VA, an
      * alias) is carried on; the append then reports ORTMEM_E_QUARANTINED. */
-    char quarantined[512] = "";
+    om_error_saved quarantined = {""};
     /* The zero tail goes first: the zero granule is mapped everywhere, and
      * copy-on-write would copy it. */
     if (st == ORTMEM_OK) {
         st = om_kv_zero_clear(c, s, s->length, to);
         if (st == ORTMEM_E_QUARANTINED) {
-            snprintf(quarantined, sizeof quarantined, "%s", ortmem_last_error());
+            om_error_save(&quarantined);
             st = ORTMEM_OK;
         }
     }
@@ -254,7 +253,7 @@ static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint
         for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
             st = ortmem_region_cow(s->region, ranges[f].offset, ranges[f].length);
             if (st == ORTMEM_E_QUARANTINED) {
-                snprintf(quarantined, sizeof quarantined, "%s", ortmem_last_error());
+                om_error_save(&quarantined);
                 st = ORTMEM_OK;
             }
         }
@@ -268,14 +267,15 @@ static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint
     if (st == ORTMEM_OK)
         st = ortmem_region_commit_ranges(s->region, ranges, c->fragments);
     if (st != ORTMEM_OK) {
-        char detail[512];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_error_saved failure;
+        om_error_save(&failure);
         (void)om_kv_zero_fill(c, s); /* the zero tail comes back: nothing changed */
-        st = ortmem_error_set(st, "%s", detail);
+        st = om_error_restore(&failure, st);
     }
     om_free(ranges);
-    if (st == ORTMEM_OK && quarantined[0])
-        st = ortmem_error_set(ORTMEM_E_QUARANTINED, "kv append took effect: %s", quarantined);
+    if (st == ORTMEM_OK && quarantined.detail[0])
+        st =
+            ortmem_error_set(ORTMEM_E_QUARANTINED, "kv append took effect: %s", quarantined.detail);
     return st;
 }
 
@@ -309,12 +309,11 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
         st = st == ORTMEM_OK ? wait : st;
     }
     if (st != ORTMEM_OK) {
-        char detail[512];
-        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
-        detail[sizeof detail - 1] = '\0';
+        om_error_saved failure;
+        om_error_save(&failure);
         (void)ortmem_region_destroy(next.region);
         om_free(next.zero_mapped);
-        return ortmem_error_set(st, "%s", detail);
+        return om_error_restore(&failure, st);
     }
     /* The move took effect; a quarantine of the old bucket is reported. */
     st = s->region ? ortmem_region_destroy(s->region) : ORTMEM_OK;
@@ -449,11 +448,10 @@ ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *s, ortmem_kv_seq **child)
     if (st == ORTMEM_OK)
         st = om_kv_zero_fill(c, k);
     if (st != ORTMEM_OK && k) {
-        char detail[512];
-        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
-        detail[sizeof detail - 1] = '\0';
+        om_error_saved failure;
+        om_error_save(&failure);
         om_seq_discard(c, k);
-        st = ortmem_error_set(st, "kv fork: %s", detail);
+        st = ortmem_error_set(st, "kv fork: %s", failure.detail);
     }
     if (st == ORTMEM_OK) {
         k->length = k->shared_upto = s->length;
@@ -482,9 +480,10 @@ ortmem_status ortmem_kv_seq_binding(ortmem_kv_seq *s, uint32_t layer, int value,
                                     ortmem_kv_binding *binding)
 {
     om_error_clear();
-    if (!binding || binding->struct_size == 0 || binding->struct_size > sizeof *binding)
-        return OM_ERR(ORTMEM_E_INVALID, "kv binding: output NULL or struct_size unset");
-    ortmem_status st = om_seq_pin(s, "kv binding");
+    ortmem_status st = OM_STRUCT_CHECK("kv binding", "binding", binding);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_seq_pin(s, "kv binding");
     if (st != ORTMEM_OK)
         return st;
     ortmem_kv_cache *c = s->cache;

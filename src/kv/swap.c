@@ -87,11 +87,10 @@ ortmem_status ortmem_kv_seq_swap_out(ortmem_kv_seq *s)
         c->swaps_out++;
         pthread_mutex_unlock(&c->lock);
     } else if (host) {
-        char detail[512];
-        strncpy(detail, ortmem_last_error(), sizeof detail - 1);
-        detail[sizeof detail - 1] = '\0';
+        om_error_saved failure;
+        om_error_save(&failure);
         (void)ortmem_region_destroy(host);
-        st = ortmem_error_set(st, "kv swap out: nothing changed: %s", detail);
+        st = ortmem_error_set(st, "kv swap out: nothing changed: %s", failure.detail);
     }
     om_seq_unpin(s);
     return st;
@@ -114,12 +113,12 @@ ortmem_status ortmem_kv_seq_swap_in(ortmem_kv_seq *s)
         st = om_kv_zero_fill(c, s);
     if (st != ORTMEM_OK && st != ORTMEM_E_STATE) {
         /* Back to swapped out: the device granules go again. */
-        char detail[512];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_error_saved failure;
+        om_error_save(&failure);
         ortmem_status dst = ortmem_region_decommit(s->region, 0, ortmem_region_size(s->region));
         if (dst == ORTMEM_OK || dst == ORTMEM_E_QUARANTINED)
             memset(s->zero_mapped, 0, s->granules * sizeof *s->zero_mapped);
-        st = ortmem_error_set(st, "%s", detail);
+        st = om_error_restore(&failure, st);
     }
     if (st == ORTMEM_OK) {
         (void)ortmem_region_destroy(s->host);

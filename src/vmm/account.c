@@ -9,10 +9,11 @@ ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const 
     memset(dst, 0, sizeof *dst);
     if (!src)
         return ORTMEM_OK;
-    if (src->struct_size < offsetof(ortmem_account, requested) ||
-        src->struct_size > sizeof(ortmem_account))
-        return OM_ERR(ORTMEM_E_INVALID, "%s: account struct_size %zu (this library knows %zu)",
-                      what, src->struct_size, sizeof(ortmem_account));
+    /* The required slots end with refund. */
+    ortmem_status st = om_struct_check(what, "account", &src->struct_size,
+                                       OM_SIZE_THROUGH(ortmem_account, refund), sizeof *src);
+    if (st != ORTMEM_OK)
+        return st;
     memcpy(&dst->ops, src, src->struct_size);
     if (!dst->ops.reserve || !dst->ops.unreserve || !dst->ops.charge || !dst->ops.adopt ||
         !dst->ops.refund)
@@ -20,7 +21,7 @@ ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const 
                       "%s: account lacks a required slot (reserve, unreserve, charge, adopt, "
                       "refund)",
                       what);
-    bool has_retain = dst->ops.struct_size >= offsetof(ortmem_account, release) + sizeof(void *);
+    bool has_retain = dst->ops.struct_size >= OM_SIZE_THROUGH(ortmem_account, release);
     if (!has_retain)
         dst->ops.retain = NULL, dst->ops.release = NULL;
     if (!dst->ops.retain != !dst->ops.release)
@@ -78,15 +79,14 @@ void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped)
 
 void om_account_requested(const om_account *a, int64_t delta)
 {
-    if (a->set && delta &&
-        a->ops.struct_size >= offsetof(ortmem_account, requested) + sizeof(void *) &&
+    if (a->set && delta && a->ops.struct_size >= OM_SIZE_THROUGH(ortmem_account, requested) &&
         a->ops.requested)
         a->ops.requested(a->ops.self, delta);
 }
 
 bool om_account_can_relieve(const om_account *a)
 {
-    return a->set && a->ops.struct_size >= offsetof(ortmem_account, relieve) + sizeof(void *) &&
+    return a->set && a->ops.struct_size >= OM_SIZE_THROUGH(ortmem_account, relieve) &&
            a->ops.relieve;
 }
 

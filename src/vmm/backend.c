@@ -54,98 +54,15 @@ static bool om_is_pow2(size_t v)
     return v && !(v & (v - 1));
 }
 
-/* ---- live events: an open-addressing set of the values event_record handed
- * out, so a foreign or released event never reaches the driver ---- */
-
-enum { OM_EV_EMPTY = 0, OM_EV_FULL = 1, OM_EV_GONE = 2 };
-
-static size_t om_event_hash(uint64_t key, size_t capacity)
-{
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdULL;
-    key ^= key >> 33;
-    return (size_t)key & (capacity - 1);
-}
-
-/* Index of key, or SIZE_MAX. Caller holds events.lock. */
-static size_t om_event_find(const om_event_set *set, uint64_t key)
-{
-    if (!set->capacity)
-        return SIZE_MAX;
-    for (size_t i = om_event_hash(key, set->capacity), n = 0; n < set->capacity;
-         i = (i + 1) & (set->capacity - 1), n++) {
-        if (set->state[i] == OM_EV_EMPTY)
-            return SIZE_MAX;
-        if (set->state[i] == OM_EV_FULL && set->keys[i] == key)
-            return i;
-    }
-    return SIZE_MAX;
-}
-
-static bool om_event_put(om_event_set *set, uint64_t key);
-
-/* Rehashes into capacity slots (a power of two). Caller holds events.lock. */
-static bool om_event_grow(om_event_set *set, size_t capacity)
-{
-    om_event_set next = {.capacity = capacity};
-    next.keys = om_calloc(capacity, sizeof *next.keys);
-    next.state = om_calloc(capacity, sizeof *next.state);
-    if (!next.keys || !next.state) {
-        om_free(next.keys);
-        om_free(next.state);
-        return false;
-    }
-    for (size_t i = 0; i < set->capacity; i++) {
-        if (set->state[i] == OM_EV_FULL)
-            (void)om_event_put(&next, set->keys[i]);
-    }
-    om_free(set->keys);
-    om_free(set->state);
-    set->keys = next.keys;
-    set->state = next.state;
-    set->capacity = next.capacity;
-    set->count = next.count;
-    set->used = next.used;
-    return true;
-}
-
-/* Adds key; false when bookkeeping memory ran out. Caller holds events.lock. */
-static bool om_event_put(om_event_set *set, uint64_t key)
-{
-    if ((set->used + 1) * 4 > set->capacity * 3) {
-        size_t capacity = set->capacity ? set->capacity : 16;
-        while ((set->count + 1) * 2 > capacity)
-            capacity *= 2;
-        if (!om_event_grow(set, capacity))
-            return false;
-    }
-    size_t i = om_event_hash(key, set->capacity);
-    while (set->state[i] == OM_EV_FULL) {
-        if (set->keys[i] == key)
-            return true;
-        i = (i + 1) & (set->capacity - 1);
-    }
-    if (set->state[i] == OM_EV_EMPTY)
-        set->used++;
-    set->state[i] = OM_EV_FULL;
-    set->keys[i] = key;
-    set->count++;
-    return true;
-}
-
 /* Releases the events still live (nothing else can name them now). */
 static void om_events_teardown(ortmem_backend *b)
 {
-    om_event_set *set = &b->events;
-    for (size_t i = 0; i < set->capacity; i++) {
-        if (set->state[i] == OM_EV_FULL && b->ops.event_release)
-            (void)b->ops.event_release(b->self, set->keys[i]);
+    uint64_t event;
+    for (size_t cursor = 0; om_hashset_next(&b->events.live, &cursor, &event);) {
+        if (b->ops.event_release)
+            (void)b->ops.event_release(b->self, event);
     }
-    om_free(set->keys);
-    om_free(set->state);
-    set->keys = NULL;
-    set->state = NULL;
-    set->capacity = set->count = set->used = 0;
+    om_hashset_release(&b->events.live);
 }
 
 ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, ortmem_backend **out)
@@ -153,11 +70,11 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
     om_error_clear();
     if (!ops || !out)
         return OM_ERR(ORTMEM_E_INVALID, "backend create: ops or out is NULL");
-    if (ops->struct_size < offsetof(ortmem_backend_ops, export_fd))
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "backend create: ops struct_size %zu is smaller than the required "
-                      "slots (%zu bytes)",
-                      ops->struct_size, offsetof(ortmem_backend_ops, export_fd));
+    /* The required slots end with set_access; a newer caller's extra slots are not read. */
+    ortmem_status st = om_struct_check("backend create", "ops", &ops->struct_size,
+                                       OM_SIZE_THROUGH(ortmem_backend_ops, set_access), SIZE_MAX);
+    if (st != ORTMEM_OK)
+        return st;
     ortmem_backend_ops copy;
     memset(&copy, 0, sizeof copy);
     memcpy(&copy, ops, ops->struct_size < sizeof copy ? ops->struct_size : sizeof copy);
@@ -168,7 +85,7 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
                       "backend create: a required slot (granularity, reserve, unreserve, "
                       "create, release, map, unmap, set_access) is NULL");
     size_t minimum = 0, recommended = 0;
-    ortmem_status st = copy.granularity(self, &minimum, &recommended);
+    st = copy.granularity(self, &minimum, &recommended);
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "backend create: granularity query failed");
     if (!om_is_pow2(minimum) || !om_is_pow2(recommended) || recommended < minimum)
@@ -458,7 +375,7 @@ ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64
     if (st != ORTMEM_OK)
         return st;
     pthread_mutex_lock(&b->events.lock);
-    bool tracked = om_event_put(&b->events, ev);
+    bool tracked = om_hashset_insert(&b->events.live, ev);
     pthread_mutex_unlock(&b->events.lock);
     if (!tracked) {
         (void)b->ops.event_release(b->self, ev);
@@ -477,7 +394,7 @@ ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event)
     /* The lock stays held over the query so that a release racing with it
      * cannot free the event under the driver's feet. */
     pthread_mutex_lock(&b->events.lock);
-    if (om_event_find(&b->events, event) == SIZE_MAX) {
+    if (!om_hashset_contains(&b->events.live, event)) {
         pthread_mutex_unlock(&b->events.lock);
         return OM_ERR(ORTMEM_E_NOT_FOUND,
                       "backend '%s' event query: event 0x%llx is not live on this backend "
@@ -500,13 +417,9 @@ ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event)
     if (!om_backend_has_events(b))
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
     pthread_mutex_lock(&b->events.lock);
-    size_t at = om_event_find(&b->events, event);
-    if (at != SIZE_MAX) {
-        b->events.state[at] = OM_EV_GONE;
-        b->events.count--;
-    }
+    bool was_live = om_hashset_remove(&b->events.live, event);
     pthread_mutex_unlock(&b->events.lock);
-    if (at == SIZE_MAX)
+    if (!was_live)
         return OM_ERR(ORTMEM_E_NOT_FOUND,
                       "backend '%s' event release: event 0x%llx is not live on this backend "
                       "(never recorded here, or released already)",
@@ -515,20 +428,12 @@ ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event)
     if (st != ORTMEM_OK) {
         /* Still live: the caller may try again, and destroy releases it. */
         pthread_mutex_lock(&b->events.lock);
-        bool tracked = om_event_put(&b->events, event);
+        bool tracked = om_hashset_insert(&b->events.live, event);
         pthread_mutex_unlock(&b->events.lock);
         if (!tracked)
             return om_error_wrap(st, "(the event is no longer tracked: out of memory)");
     }
     return st;
-}
-
-uint64_t om_backend_live_events(ortmem_backend *b)
-{
-    pthread_mutex_lock(&b->events.lock);
-    uint64_t n = b->events.count;
-    pthread_mutex_unlock(&b->events.lock);
-    return n;
 }
 
 ortmem_status ortmem_backend_copy_async(ortmem_backend *b, void *dst, const void *src, size_t len,

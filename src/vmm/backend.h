@@ -10,6 +10,7 @@
 
 #include "core/counter.h"
 #include "core/handle.h"
+#include "core/hashset.h"
 #include "vmm/account.h"
 
 typedef struct om_ledger {
@@ -43,13 +44,10 @@ typedef struct om_pool {
     size_t bytes;
 } om_pool;
 
-/* The events a backend handed out and nobody released yet (backend.c). */
+/* The events a backend handed out and nobody released yet (backend.c), so
+ * that a foreign or released event never reaches the driver. */
 typedef struct om_event_set {
-    uint64_t *keys;
-    uint8_t *state;
-    size_t capacity; /* a power of two, or 0 */
-    size_t count;    /* live events */
-    size_t used;     /* live plus deleted slots */
+    om_hashset live;
     pthread_mutex_t lock;
 } om_event_set;
 
@@ -105,8 +103,6 @@ ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event);
 ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event);
 /* All three event slots present. */
 bool om_backend_has_events(const ortmem_backend *b);
-/* Events recorded through b and not released yet. */
-uint64_t om_backend_live_events(ortmem_backend *b);
 
 /* Ledger movements (ledger.c). */
 void om_ledger_owned_add(ortmem_backend *b, size_t bytes);

@@ -41,14 +41,10 @@ void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes)
 ortmem_status ortmem_backend_stats(ortmem_backend *b, ortmem_vmm_stats *stats)
 {
     om_error_clear();
-    if (!stats)
-        return OM_ERR(ORTMEM_E_INVALID, "backend stats: output is NULL");
-    if (stats->struct_size == 0 || stats->struct_size > sizeof *stats)
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "backend stats: struct_size %zu (this library knows %zu); set it to "
-                      "sizeof(ortmem_vmm_stats)",
-                      stats->struct_size, sizeof *stats);
-    ortmem_status st = om_backend_pin(b, "backend stats");
+    ortmem_status st = OM_STRUCT_CHECK("backend stats", "stats", stats);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_backend_pin(b, "backend stats");
     if (st != ORTMEM_OK)
         return st;
     om_ledger *l = &b->ledger;
