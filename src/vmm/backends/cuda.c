@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "capture/gate.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/gate.h"
 #include "vmm/backend.h"
 
 /* Validates and fills the options (shared by both builds). */
