@@ -222,6 +222,18 @@ void om_backend_unuse(ortmem_backend *b)
     pthread_mutex_unlock(&b->lock);
 }
 
+ortmem_status om_backend_user_count(ortmem_backend *b, const char *what, uint64_t *users)
+{
+    ortmem_status st = om_backend_pin(b, what);
+    if (st != ORTMEM_OK)
+        return st;
+    pthread_mutex_lock(&b->lock);
+    *users = b->users;
+    pthread_mutex_unlock(&b->lock);
+    om_backend_unpin(b);
+    return ORTMEM_OK;
+}
+
 ortmem_status ortmem_backend_destroy(ortmem_backend *b)
 {
     om_error_clear();
