@@ -175,8 +175,8 @@ class Checker:
                 self.report(rel, line, "rule 'public': %s names a public header with quotes; "
                             "use <ortmem/...>" % what)
             elif to == "tools-own":
-                self.report(rel, line, "rule 'down': %s %s includes %s from tools/ (tools sit "
-                            "above every library layer: %s)" % (layer, rel, what, ORDER_TEXT))
+                self.report(rel, line, "rule 'down': %s (%s) includes %s from tools/, which is "
+                            "above it (%s)" % (rel, layer, what, ORDER_TEXT))
             elif to == "backends":
                 if not backend:
                     self.report(rel, line, "rule 'backends': %s includes %s, a file of "
@@ -219,6 +219,9 @@ class Checker:
                 continue  # a system header, the tool's own file, a public header
             if to == "unknown":
                 self.report(rel, line, "rule 'known': %s is in no layer" % what)
+            elif to == "public-quoted":
+                self.report(rel, line, "rule 'public': %s names a public header with quotes; "
+                            "use <ortmem/...>" % what)
             else:
                 self.report(rel, line, "rule 'tools': %s includes %s from the library's "
                             "sources; tools see the public headers only" % (rel, what))
