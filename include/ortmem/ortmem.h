@@ -3,6 +3,7 @@
 #define ORTMEM_ORTMEM_H
 
 #include <ortmem/core.h>
+#include <ortmem/gate.h>
 #include <ortmem/vmm.h>
 #include <ortmem/governance.h>
 #include <ortmem/kv.h>

@@ -126,6 +126,43 @@ ORTMEM_API const char *ortmem_backend_name(const ortmem_backend *backend);
 /* The granule regions on this backend use (the recommended granularity). */
 ORTMEM_API ortmem_status ortmem_backend_granule(ortmem_backend *backend, size_t *granule);
 
+/* ---- Wrapping and extending backends ----------------------------------------
+ * What a custom backend needs beyond ortmem_backend_create: forwarding to
+ * another backend (the fault-injection backend wraps one; so may an engine's
+ * tracing or throttling wrapper), and reaching its own state through the
+ * handle for functions of its own (options, counters). */
+
+/* Fills calls with a vtable that calls into backend the way a region does:
+ * each call is counted in backend's ledger (calls[op], failures[op]), a
+ * failure's detail is prefixed with backend's name and operation, and events
+ * are tracked on backend. Call every slot with backend itself as self.
+ * calls->name is backend's name; granularity reports backend's minimum and
+ * recommended granule (not counted); optional slots are NULL where backend
+ * lacks them, the three event slots all or none; destroy is NULL (a wrapper
+ * never destroys what it wraps). The slots are valid while backend lives:
+ * create the wrapper with ortmem_backend_create_wrapper, which keeps it alive. */
+ORTMEM_API ortmem_status ortmem_backend_forwarding_ops(ortmem_backend *backend,
+                                                       ortmem_backend_ops *calls);
+
+/* As ortmem_backend_create, for a backend that forwards to inner: inner stays
+ * alive until the wrapper is destroyed (ortmem_backend_destroy of inner
+ * answers ORTMEM_E_BUSY until then). On failure nothing was created and self
+ * is still the caller's. */
+ORTMEM_API ortmem_status ortmem_backend_create_wrapper(ortmem_backend *inner,
+                                                       const ortmem_backend_ops *ops, void *self,
+                                                       ortmem_backend **out);
+
+/* Runs fn(self, ops, arg) and returns its status, where self and ops are what
+ * backend was created with (ops as copied then; ops->name never NULL). fn
+ * recognises its own backends by a slot (ops->reserve == my_reserve) and
+ * answers ORTMEM_E_HANDLE for others. The backend stays pinned while fn runs:
+ * a concurrent ortmem_backend_destroy waits for fn to return, so fn must not
+ * destroy it. ORTMEM_E_INVALID or ORTMEM_E_HANDLE, without calling fn, for a
+ * NULL, foreign or destroyed backend. */
+ORTMEM_API ortmem_status ortmem_backend_visit(
+    ortmem_backend *backend,
+    ortmem_status (*fn)(void *self, const ortmem_backend_ops *ops, void *arg), void *arg);
+
 /* ---- Streams and events -----------------------------------------------------
  * Stream-ordered work through the backend's optional slots, counted in the
  * ledger like every other call (ORTMEM_OP_COPY_ASYNC ... EVENT_RELEASE).

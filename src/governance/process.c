@@ -171,12 +171,9 @@ ortmem_status ortmem_device_authority(ortmem_device_id id, ortmem_authority **au
  * whose backend cannot be destroyed stays whole. */
 static uint64_t om_backend_other_users(ortmem_backend *b)
 {
-    if (om_backend_pin(b, "process teardown") != ORTMEM_OK)
+    uint64_t users = 0;
+    if (om_backend_user_count(b, "process teardown", &users) != ORTMEM_OK)
         return 0;
-    pthread_mutex_lock(&b->lock);
-    uint64_t users = b->users;
-    pthread_mutex_unlock(&b->lock);
-    om_backend_unpin(b);
     return users > 1 ? users - 1 : 0;
 }
 
@@ -203,12 +200,12 @@ ortmem_status ortmem_process_teardown(void)
         if (!taken[i].live)
             continue;
         uint64_t others = om_backend_other_users(taken[i].backend);
-        ortmem_status st = others
-                               ? OM_ERR(ORTMEM_E_BUSY,
-                                        "device %u: backend '%s' still has %llu users besides its "
-                                        "authority (regions, arenas or wrapping backends)",
-                                        i, taken[i].backend->ops.name, (unsigned long long)others)
-                               : ortmem_authority_destroy(taken[i].authority);
+        ortmem_status st =
+            others ? OM_ERR(ORTMEM_E_BUSY,
+                            "device %u: backend '%s' still has %llu users besides its "
+                            "authority (regions, arenas or wrapping backends)",
+                            i, ortmem_backend_name(taken[i].backend), (unsigned long long)others)
+                   : ortmem_authority_destroy(taken[i].authority);
         if (st == ORTMEM_OK) {
             st = ortmem_backend_destroy(taken[i].backend);
             if (st == ORTMEM_E_QUARANTINED)

@@ -75,6 +75,9 @@ void om_backend_unpin(ortmem_backend *b);
 /* Registers one more user (region, arena, wrapper); the backend stays alive. */
 void om_backend_use(ortmem_backend *b);
 void om_backend_unuse(ortmem_backend *b);
+/* How many users b has now (a snapshot taken under b's lock, b pinned for the
+ * read), for a caller deciding whether b can go; what names the call. */
+ortmem_status om_backend_user_count(ortmem_backend *b, const char *what, uint64_t *users);
 
 /* Counted vtable calls. */
 ortmem_status om_backend_reserve(ortmem_backend *b, size_t size, size_t align, uintptr_t *va);

@@ -6,15 +6,17 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ortmem/vmm.h>
+
 #include "core/alloc.h"
 #include "core/error.h"
-#include "vmm/backend.h"
 
 #ifdef ORTMEM_HAVE_HWLOC
 #include <hwloc.h>

@@ -11,14 +11,16 @@
  * restores whatever context the thread had before, so the engine's own
  * binding is left as it was and any thread may call. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "capture/gate.h"
+#include <ortmem/vmm.h>
+
 #include "core/alloc.h"
 #include "core/error.h"
-#include "vmm/backend.h"
+#include "core/gate.h"
 
 /* Validates and fills the options (shared by both builds). */
 static ortmem_status cuda_options(const ortmem_cuda_options *options, ortmem_cuda_options *out)

@@ -1,16 +1,22 @@
 /* Fault-injection backend: forwards every primitive to an inner backend but
- * fails chosen calls first, so each failure path above it can be driven. */
+ * fails chosen calls first, so each failure path above it can be driven. It
+ * is built like any custom wrapper, on the public seam alone: the inner
+ * backend's forwarding vtable (its ledger counts what reaches it) and
+ * ortmem_backend_visit for arm and counts. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <ortmem/vmm.h>
+
 #include "core/alloc.h"
 #include "core/error.h"
-#include "vmm/backend.h"
 
 typedef struct fault_backend {
     ortmem_backend *inner;
+    ortmem_backend_ops inner_calls; /* counted calls into inner; self = inner */
     pthread_mutex_t lock;
     ortmem_fault_options options;
     uint64_t calls;
@@ -60,37 +66,35 @@ static ortmem_status fault_check(fault_backend *f, ortmem_backend_op op)
 static ortmem_status fault_granularity(void *self, size_t *minimum, size_t *recommended)
 {
     fault_backend *f = self;
-    *minimum = f->inner->granule_min;
-    *recommended = f->inner->granule;
-    return ORTMEM_OK;
+    return f->inner_calls.granularity(f->inner, minimum, recommended);
 }
 
 static ortmem_status fault_reserve(void *self, size_t size, size_t align, uintptr_t *va)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_RESERVE);
-    return om_backend_reserve(f->inner, size, align, va);
+    return f->inner_calls.reserve(f->inner, size, align, va);
 }
 
 static ortmem_status fault_unreserve(void *self, uintptr_t va, size_t size)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_UNRESERVE);
-    return om_backend_unreserve(f->inner, va, size);
+    return f->inner_calls.unreserve(f->inner, va, size);
 }
 
 static ortmem_status fault_create(void *self, size_t size, unsigned flags, uint64_t *handle)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_CREATE);
-    return om_backend_create_granule(f->inner, size, flags, handle);
+    return f->inner_calls.create(f->inner, size, flags, handle);
 }
 
 static ortmem_status fault_release(void *self, uint64_t handle)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_RELEASE);
-    return om_backend_release_granule(f->inner, handle);
+    return f->inner_calls.release(f->inner, handle);
 }
 
 static ortmem_status fault_map(void *self, uintptr_t va, size_t size, uint64_t handle,
@@ -98,42 +102,42 @@ static ortmem_status fault_map(void *self, uintptr_t va, size_t size, uint64_t h
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_MAP);
-    return om_backend_map(f->inner, va, size, handle, handle_offset);
+    return f->inner_calls.map(f->inner, va, size, handle, handle_offset);
 }
 
 static ortmem_status fault_unmap(void *self, uintptr_t va, size_t size)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_UNMAP);
-    return om_backend_unmap(f->inner, va, size);
+    return f->inner_calls.unmap(f->inner, va, size);
 }
 
 static ortmem_status fault_set_access(void *self, uintptr_t va, size_t size, ortmem_access access)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_SET_ACCESS);
-    return om_backend_set_access(f->inner, va, size, access);
+    return f->inner_calls.set_access(f->inner, va, size, access);
 }
 
 static ortmem_status fault_export(void *self, uint64_t handle, int *fd)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_EXPORT);
-    return om_backend_export(f->inner, handle, fd);
+    return f->inner_calls.export_fd(f->inner, handle, fd);
 }
 
 static ortmem_status fault_import(void *self, int fd, size_t size, uint64_t *handle)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_IMPORT);
-    return om_backend_import(f->inner, fd, size, handle);
+    return f->inner_calls.import_fd(f->inner, fd, size, handle);
 }
 
 static ortmem_status fault_copy(void *self, uintptr_t dst, uintptr_t src, size_t size)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_COPY);
-    return om_backend_copy(f->inner, dst, src, size);
+    return f->inner_calls.copy(f->inner, dst, src, size);
 }
 
 static ortmem_status fault_copy_async(void *self, uintptr_t dst, uintptr_t src, size_t size,
@@ -141,7 +145,7 @@ static ortmem_status fault_copy_async(void *self, uintptr_t dst, uintptr_t src, 
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_COPY_ASYNC);
-    return om_backend_copy_async(f->inner, dst, src, size, stream);
+    return f->inner_calls.copy_async(f->inner, dst, src, size, stream);
 }
 
 static ortmem_status fault_memset_async(void *self, uintptr_t dst, int value, size_t size,
@@ -149,28 +153,28 @@ static ortmem_status fault_memset_async(void *self, uintptr_t dst, int value, si
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_MEMSET_ASYNC);
-    return om_backend_memset_async(f->inner, dst, value, size, stream);
+    return f->inner_calls.memset_async(f->inner, dst, value, size, stream);
 }
 
 static ortmem_status fault_event_record(void *self, uint64_t stream, uint64_t *event)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_EVENT_RECORD);
-    return om_backend_event_record(f->inner, stream, event);
+    return f->inner_calls.event_record(f->inner, stream, event);
 }
 
 static ortmem_status fault_event_query(void *self, uint64_t event)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_EVENT_QUERY);
-    return om_backend_event_query(f->inner, event);
+    return f->inner_calls.event_query(f->inner, event);
 }
 
 static ortmem_status fault_event_release(void *self, uint64_t event)
 {
     fault_backend *f = self;
     FAULT_CHECK(f, ORTMEM_OP_EVENT_RELEASE);
-    return om_backend_event_release(f->inner, event);
+    return f->inner_calls.event_release(f->inner, event);
 }
 
 static void fault_destroy(void *self)
@@ -198,8 +202,6 @@ static ortmem_status fault_validate(const ortmem_fault_options *options, ortmem_
     return ORTMEM_OK;
 }
 
-static bool fault_is_fault_backend(const ortmem_backend *b);
-
 ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
                                           const ortmem_fault_options *options, ortmem_backend **out)
 {
@@ -210,19 +212,20 @@ ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
     ortmem_status st = fault_validate(options, &opt, "fault backend create");
     if (st != ORTMEM_OK)
         return st;
-    st = om_backend_pin(inner, "fault backend create");
+    ortmem_backend_ops inner_calls;
+    st = ortmem_backend_forwarding_ops(inner, &inner_calls);
     if (st != ORTMEM_OK)
-        return st;
+        return om_error_wrap(st, "fault backend create");
     fault_backend *f = om_calloc(1, sizeof *f);
-    if (!f) {
-        om_backend_unpin(inner);
+    if (!f)
         return OM_ERR(ORTMEM_E_NOMEM, "fault backend create: bookkeeping");
-    }
     f->inner = inner;
+    f->inner_calls = inner_calls;
     f->options = opt;
     f->rng = opt.seed;
     pthread_mutex_init(&f->lock, NULL);
-    snprintf(f->name, sizeof f->name, "fault(%s)", inner->ops.name);
+    snprintf(f->name, sizeof f->name, "fault(%s)", inner_calls.name);
+    /* Optional slots exist exactly where the inner backend has them. */
     ortmem_backend_ops ops = {
         .struct_size = sizeof ops,
         .name = f->name,
@@ -234,47 +237,59 @@ ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
         .map = fault_map,
         .unmap = fault_unmap,
         .set_access = fault_set_access,
-        .export_fd = inner->ops.export_fd ? fault_export : NULL,
-        .import_fd = inner->ops.import_fd ? fault_import : NULL,
-        .copy = inner->ops.copy ? fault_copy : NULL,
+        .export_fd = inner_calls.export_fd ? fault_export : NULL,
+        .import_fd = inner_calls.import_fd ? fault_import : NULL,
+        .copy = inner_calls.copy ? fault_copy : NULL,
         .destroy = fault_destroy,
-        .copy_async = inner->ops.copy_async ? fault_copy_async : NULL,
-        .memset_async = inner->ops.memset_async ? fault_memset_async : NULL,
-        .event_record = om_backend_has_events(inner) ? fault_event_record : NULL,
-        .event_query = om_backend_has_events(inner) ? fault_event_query : NULL,
-        .event_release = om_backend_has_events(inner) ? fault_event_release : NULL,
+        .copy_async = inner_calls.copy_async ? fault_copy_async : NULL,
+        .memset_async = inner_calls.memset_async ? fault_memset_async : NULL,
+        .event_record = inner_calls.event_record ? fault_event_record : NULL,
+        .event_query = inner_calls.event_query ? fault_event_query : NULL,
+        .event_release = inner_calls.event_release ? fault_event_release : NULL,
     };
-    ortmem_backend *b;
-    st = ortmem_backend_create(&ops, f, &b);
-    if (st != ORTMEM_OK) {
-        fault_destroy(f);
-        om_backend_unpin(inner);
-        return st;
-    }
-    b->inner = inner;
-    om_backend_use(inner);
-    om_backend_unpin(inner);
-    *out = b;
-    return ORTMEM_OK;
-}
-
-static bool fault_is_fault_backend(const ortmem_backend *b)
-{
-    return b->ops.reserve == fault_reserve;
-}
-
-static ortmem_status fault_pin(ortmem_backend *b, const char *what, fault_backend **f)
-{
-    ortmem_status st = om_backend_pin(b, what);
+    st = ortmem_backend_create_wrapper(inner, &ops, f, out);
     if (st != ORTMEM_OK)
-        return st;
-    if (!fault_is_fault_backend(b)) {
-        om_backend_unpin(b);
-        return OM_ERR(ORTMEM_E_HANDLE, "%s: backend '%s' is not a fault-injection backend", what,
-                      b->ops.name);
+        fault_destroy(f);
+    return st;
+}
+
+/* One call of arm or counts, run by ortmem_backend_visit with the backend pinned. */
+typedef struct fault_call {
+    const char *what;
+    bool reached; /* the visit ran: the handle was a live backend */
+    const ortmem_fault_options *arm;
+    uint64_t *calls, *injected;
+} fault_call;
+
+static ortmem_status fault_visit(void *self, const ortmem_backend_ops *ops, void *arg)
+{
+    fault_call *call = arg;
+    call->reached = true;
+    if (ops->reserve != fault_reserve)
+        return OM_ERR(ORTMEM_E_HANDLE, "%s: backend '%s' is not a fault-injection backend",
+                      call->what, ops->name);
+    fault_backend *f = self;
+    pthread_mutex_lock(&f->lock);
+    if (call->arm) {
+        f->options = *call->arm;
+        f->calls = 0;
+        f->injected = 0;
+        f->rng = call->arm->seed;
     }
-    *f = b->self;
+    if (call->calls)
+        *call->calls = f->calls;
+    if (call->injected)
+        *call->injected = f->injected;
+    pthread_mutex_unlock(&f->lock);
     return ORTMEM_OK;
+}
+
+static ortmem_status fault_run(ortmem_backend *b, fault_call *call)
+{
+    ortmem_status st = ortmem_backend_visit(b, fault_visit, call);
+    if (st != ORTMEM_OK && !call->reached)
+        return om_error_wrap(st, "%s", call->what);
+    return st;
 }
 
 ortmem_status ortmem_fault_backend_arm(ortmem_backend *b, const ortmem_fault_options *options)
@@ -284,33 +299,13 @@ ortmem_status ortmem_fault_backend_arm(ortmem_backend *b, const ortmem_fault_opt
     ortmem_status st = fault_validate(options, &opt, "fault backend arm");
     if (st != ORTMEM_OK)
         return st;
-    fault_backend *f = NULL;
-    st = fault_pin(b, "fault backend arm", &f);
-    if (st != ORTMEM_OK)
-        return st;
-    pthread_mutex_lock(&f->lock);
-    f->options = opt;
-    f->calls = 0;
-    f->injected = 0;
-    f->rng = opt.seed;
-    pthread_mutex_unlock(&f->lock);
-    om_backend_unpin(b);
-    return ORTMEM_OK;
+    fault_call call = {.what = "fault backend arm", .arm = &opt};
+    return fault_run(b, &call);
 }
 
 ortmem_status ortmem_fault_backend_counts(ortmem_backend *b, uint64_t *calls, uint64_t *injected)
 {
     om_error_clear();
-    fault_backend *f = NULL;
-    ortmem_status st = fault_pin(b, "fault backend counts", &f);
-    if (st != ORTMEM_OK)
-        return st;
-    pthread_mutex_lock(&f->lock);
-    if (calls)
-        *calls = f->calls;
-    if (injected)
-        *injected = f->injected;
-    pthread_mutex_unlock(&f->lock);
-    om_backend_unpin(b);
-    return ORTMEM_OK;
+    fault_call call = {.what = "fault backend counts", .calls = calls, .injected = injected};
+    return fault_run(b, &call);
 }

@@ -1,5 +1,5 @@
-/* The capture gate, for the library's backends (include/ortmem/capture.h has
- * the rules). A backend wraps every driver call that synchronizes the device
+/* The capture gate, for the library's backends (include/ortmem/gate.h has the
+ * rules). A backend wraps every driver call that synchronizes the device
  * (cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease) in
  *
  *     om_capture_shared_enter();
@@ -10,8 +10,8 @@
  * thread (bypass) and inside a section the thread holds already (nesting).
  * Neither call fails; neither touches the thread's error detail. Do not hold
  * a lock another thread needs to reach ortmem_capture_end across enter. */
-#ifndef ORTMEM_SRC_CAPTURE_GATE_H
-#define ORTMEM_SRC_CAPTURE_GATE_H
+#ifndef ORTMEM_SRC_CORE_GATE_H
+#define ORTMEM_SRC_CORE_GATE_H
 
 void om_capture_shared_enter(void);
 /* Leaves the innermost section; a leave without an enter is ignored (and

@@ -5,7 +5,7 @@
  * One mutex guards the state; shared sections wait on shared_cv, captures on
  * capture_cv. Per thread: the nesting depth of its shared sections, whether
  * the outermost one bypassed the gate, and whether it holds the capture. */
-#include "capture/gate.h"
+#include "core/gate.h"
 #include "core/alloc.h"
 
 #include <pthread.h>
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <ortmem/capture.h>
+#include <ortmem/gate.h>
 
 #include "core/counter.h"
 #include "core/error.h"
