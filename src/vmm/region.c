@@ -12,7 +12,6 @@
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
