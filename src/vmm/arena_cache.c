@@ -1,0 +1,139 @@
+/* The arena's granule cache: committed granules that no live allocation
+ * touches, kept mapped on an LRU list up to the cache size and decommitted
+ * least recently emptied first, one region call per contiguous run
+ * (src/vmm/arena_internal.h). */
+#include "vmm/arena_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+void om_cache_remove(ortmem_arena *a, size_t i)
+{
+    om_granule *g = &a->granules[i];
+    assert(g->cached && a->cached_count > 0);
+    if (g->lru_prev != OM_NONE)
+        a->granules[g->lru_prev].lru_next = g->lru_next;
+    else
+        a->lru_head = g->lru_next;
+    if (g->lru_next != OM_NONE)
+        a->granules[g->lru_next].lru_prev = g->lru_prev;
+    else
+        a->lru_tail = g->lru_prev;
+    g->lru_prev = g->lru_next = OM_NONE;
+    g->cached = false;
+    a->cached_count--;
+}
+
+void om_cache_add(ortmem_arena *a, size_t i, bool most_recent)
+{
+    om_granule *g = &a->granules[i];
+    assert(!g->cached && g->committed && g->live == 0); /* only empty committed granules */
+    if (most_recent) {
+        g->lru_prev = a->lru_tail;
+        g->lru_next = OM_NONE;
+        if (a->lru_tail != OM_NONE)
+            a->granules[a->lru_tail].lru_next = i;
+        else
+            a->lru_head = i;
+        a->lru_tail = i;
+    } else {
+        g->lru_prev = OM_NONE;
+        g->lru_next = a->lru_head;
+        if (a->lru_head != OM_NONE)
+            a->granules[a->lru_head].lru_prev = i;
+        else
+            a->lru_tail = i;
+        a->lru_head = i;
+    }
+    g->cached = true;
+    a->cached_count++;
+}
+
+static int compare_index(const void *x, const void *y)
+{
+    size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Takes the least recently emptied granules off the list until at most keep
+ * stay; returns them sorted in a->scratch. */
+static size_t take_oldest(ortmem_arena *a, size_t keep)
+{
+    size_t n = 0;
+    while (a->cached_count > keep) {
+        size_t i = a->lru_head;
+        om_cache_remove(a, i);
+        a->scratch[n++] = i;
+    }
+    if (n > 1)
+        qsort(a->scratch, n, sizeof *a->scratch, compare_index);
+    return n;
+}
+
+/* After the decommit of scratch[i, j) failed, asks the region what really
+ * happened (QUARANTINED: unmapped, but a release failed; otherwise nothing
+ * changed): still mapped goes back to the cache, first in line next time. */
+static void settle_failed_run(ortmem_arena *a, size_t i, size_t j)
+{
+    for (size_t k = i; k < j; k++) {
+        size_t gi = a->scratch[k];
+        ortmem_granule_info info = {.struct_size = sizeof info};
+        bool mapped = ortmem_region_granule_info(a->region, gi * a->granule, &info) != ORTMEM_OK ||
+                      info.state == ORTMEM_GRANULE_MAPPED;
+        if (mapped) {
+            om_cache_add(a, gi, false);
+            continue;
+        }
+        om_granule_decommitted(a, gi);
+        if (info.state == ORTMEM_GRANULE_POISONED)
+            (void)om_granule_fence(a, gi);
+    }
+}
+
+/* The first failed run of one eviction pass, kept for its message. */
+typedef struct evict_failure {
+    ortmem_status status;
+    size_t first, last;
+    char detail[256];
+} evict_failure;
+
+/* Decommits scratch[i, j) (contiguous granules) with one region call. */
+static void evict_run(ortmem_arena *a, size_t i, size_t j, evict_failure *failure)
+{
+    size_t g = a->granule, g0 = a->scratch[i];
+    ortmem_status st = ortmem_region_decommit(a->region, g0 * g, (j - i) * g);
+    if (st == ORTMEM_OK) {
+        for (size_t k = i; k < j; k++)
+            om_granule_decommitted(a, a->scratch[k]);
+        return;
+    }
+    if (failure->status == ORTMEM_OK) {
+        failure->status = st;
+        failure->first = g0;
+        failure->last = a->scratch[j - 1];
+        snprintf(failure->detail, sizeof failure->detail, "%s", ortmem_last_error());
+    }
+    settle_failed_run(a, i, j);
+}
+
+/* A run whose decommit fails stays committed and cached, first in line next
+ * time; the first failure is returned with its detail. */
+ortmem_status om_cache_evict(ortmem_arena *a, size_t keep)
+{
+    size_t n = take_oldest(a, keep);
+    evict_failure failure = {ORTMEM_OK, 0, 0, ""};
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && a->scratch[j] == a->scratch[j - 1] + 1; j++) {
+        }
+        evict_run(a, i, j, &failure);
+    }
+    if (failure.status == ORTMEM_OK)
+        return ORTMEM_OK;
+    return OM_ERR(failure.status,
+                  "arena: decommitting granules [%zu, %zu] failed (%s); %zu bytes stay "
+                  "cached against a cache of %zu bytes",
+                  failure.first, failure.last, failure.detail, a->cached_count * a->granule,
+                  a->cache_granules * a->granule);
+}

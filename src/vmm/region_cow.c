@@ -1,0 +1,298 @@
+/* Copy-on-write: every shared granule of a range gets a private copy, filled
+ * through a scratch VA with the backend's copy primitive and swapped in at the
+ * same address, so the VA never changes. All-or-nothing like every region
+ * operation (src/vmm/region_internal.h). */
+#include "core/alloc.h"
+#include "vmm/region_internal.h"
+
+#include <string.h>
+
+#include "core/error.h"
+
+/* Scratch mappings charge no account: they live only inside one call. */
+static const om_account om_no_account;
+
+/* One cow call: the granules it looks at, the shared ones (cand) and their
+ * copies (fresh), all relative to g0. */
+typedef struct cow_job {
+    size_t g0, n;
+    size_t count; /* candidates */
+    bool *cand;
+    om_phys **fresh;
+    om_hold hold;
+    bool leaked_va; /* the scratch VA could not be returned */
+} cow_job;
+
+/* The scratch VA the copies are filled through, one granule per candidate. */
+typedef struct cow_scratch {
+    uintptr_t va;
+    size_t count;
+    bool *mapped;
+    om_phys **order; /* the copy mapped at scratch granule j */
+} cow_scratch;
+
+/* ---- fill the copies ---- */
+
+static ortmem_status scratch_map(ortmem_region *r, const cow_job *job, cow_scratch *sc)
+{
+    ortmem_backend *b = r->backend;
+    size_t j = 0;
+    for (size_t k = 0; k < job->n; k++) {
+        if (!job->cand[k])
+            continue;
+        sc->order[j] = job->fresh[k];
+        ortmem_status st =
+            om_backend_map(b, sc->va + j * r->granule, r->granule, job->fresh[k]->handle, 0);
+        if (st != ORTMEM_OK)
+            return st;
+        sc->mapped[j++] = true;
+        om_ledger_mapped_add(b, r->granule);
+    }
+    return om_backend_set_access(b, sc->va, sc->count * r->granule, ORTMEM_ACCESS_READ_WRITE);
+}
+
+static ortmem_status scratch_copy(ortmem_region *r, const cow_job *job, const cow_scratch *sc)
+{
+    size_t j = 0;
+    for (size_t k = 0; k < job->n; k++) {
+        if (!job->cand[k])
+            continue;
+        ortmem_status st = om_backend_copy(r->backend, sc->va + j * r->granule,
+                                           om_region_va(r, job->g0 + k), r->granule);
+        if (st != ORTMEM_OK)
+            return st;
+        j++;
+    }
+    return ORTMEM_OK;
+}
+
+/* Unmaps one run of scratch granules; a failed unmap poisons their copies. */
+static bool scratch_unmap_run(ortmem_region *r, const cow_scratch *sc, size_t i, size_t len)
+{
+    ortmem_backend *b = r->backend;
+    if (om_backend_unmap(b, sc->va + i * r->granule, len * r->granule) == ORTMEM_OK) {
+        om_ledger_mapped_sub(b, len * r->granule);
+        return true;
+    }
+    for (size_t q = i; q < i + len; q++) {
+        om_phys_poison(b, sc->order[q]);
+        om_quarantine_mapping(b, &om_no_account, r->granule);
+    }
+    return false;
+}
+
+/* Tears the scratch mappings down and returns the VA; what cannot be given
+ * back stays poisoned or reserved (*leaked_va). */
+static ortmem_status scratch_release(ortmem_region *r, const cow_scratch *sc, ortmem_status st,
+                                     bool *leaked_va)
+{
+    ortmem_backend *b = r->backend;
+    bool unmapped = true;
+    size_t i = 0;
+    for (size_t len; sc->mapped && (len = om_next_run(sc->mapped, &i, sc->count)) != 0; i += len) {
+        if (scratch_unmap_run(r, sc, i, len))
+            continue;
+        unmapped = false;
+        st = st == ORTMEM_OK ? ORTMEM_E_BACKEND : st;
+    }
+    size_t bytes = sc->count * r->granule;
+    if (!unmapped || om_backend_unreserve(b, sc->va, bytes) != ORTMEM_OK) {
+        om_ledger_count(&b->ledger.leaked_va, bytes, b);
+        *leaked_va = true;
+    }
+    return st;
+}
+
+/* Copies each candidate's bytes into its new granule through a scratch VA. */
+static ortmem_status cow_fill(ortmem_region *r, cow_job *job)
+{
+    cow_scratch sc = {0, job->count, NULL, NULL};
+    ortmem_status st = om_backend_reserve(r->backend, sc.count * r->granule, r->granule, &sc.va);
+    if (st != ORTMEM_OK)
+        return st;
+    sc.mapped = om_calloc(sc.count, sizeof *sc.mapped);
+    sc.order = om_calloc(sc.count, sizeof *sc.order);
+    if (!sc.mapped || !sc.order)
+        st = OM_ERR(ORTMEM_E_NOMEM, "cow: bookkeeping for %zu granules", sc.count);
+    if (st == ORTMEM_OK)
+        st = scratch_map(r, job, &sc);
+    if (st == ORTMEM_OK)
+        st = scratch_copy(r, job, &sc);
+    st = scratch_release(r, &sc, st, &job->leaked_va);
+    om_free(sc.mapped);
+    om_free(sc.order);
+    return st;
+}
+
+/* ---- swap the copies in ---- */
+
+/* Empties the candidates' slots, keeping what they held in old[]. */
+static void detach_shared(ortmem_region *r, const cow_job *job, om_slot *old)
+{
+    for (size_t k = 0; k < job->n; k++) {
+        if (!job->cand[k])
+            continue;
+        old[k] = r->slots[job->g0 + k];
+        /* Same epoch: the map that follows counts the swap as one change. */
+        r->slots[job->g0 + k] =
+            (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, old[k].epoch};
+    }
+}
+
+/* The copies are mapped: they inherit the requested bytes and the shared
+ * granules lose this region as a mapper. */
+static void finish_swap(ortmem_region *r, cow_job *job, const om_slot *old)
+{
+    for (size_t k = 0; k < job->n; k++) {
+        if (!old[k].phys)
+            continue;
+        r->slots[job->g0 + k].requested_lo = old[k].requested_lo;
+        r->slots[job->g0 + k].requested_hi = old[k].requested_hi;
+        (void)om_region_drop_phys(r, old[k].phys);
+    }
+    memset(job->fresh, 0, job->n * sizeof *job->fresh);
+}
+
+/* The copies are unmapped again: puts the shared granules back. */
+static void undo_swap(ortmem_region *r, cow_job *job, const om_slot *old)
+{
+    for (size_t k = 0; k < job->n; k++) {
+        if (!old[k].phys)
+            continue;
+        if (r->slots[job->g0 + k].state != ORTMEM_GRANULE_POISONED) {
+            r->slots[job->g0 + k] = old[k];
+            continue;
+        }
+        /* The copy stuck there poisoned; the old mapping is gone. */
+        (void)om_region_drop_phys(r, old[k].phys);
+        job->fresh[k] = NULL;
+        job->cand[k] = false;
+    }
+    om_region_restore_runs(r, job->g0, job->n, job->cand);
+}
+
+/* Unmaps the shared granules (one call per run) and maps the copies. */
+static ortmem_status cow_swap(ortmem_region *r, cow_job *job)
+{
+    ortmem_status st = om_region_unmap_runs(r, job->g0, job->n, job->cand);
+    if (st != ORTMEM_OK)
+        return st;
+    om_slot *old = om_calloc(job->n, sizeof *old);
+    if (!old) {
+        om_region_restore_runs(r, job->g0, job->n, job->cand);
+        return OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping");
+    }
+    detach_shared(r, job, old);
+    st = om_region_map(r, job->g0, job->n, job->fresh, ORTMEM_ACCESS_READ_WRITE, false, &job->hold);
+    if (st == ORTMEM_OK)
+        finish_swap(r, job, old);
+    else
+        undo_swap(r, job, old);
+    assert(st != ORTMEM_OK || job->hold.mapped == 0);
+    om_free(old);
+    return st;
+}
+
+/* ---- one call ---- */
+
+/* The candidates: mapped granules that another mapper shares. */
+static ortmem_status select_shared(const ortmem_region *r, cow_job *job)
+{
+    for (size_t k = 0; k < job->n; k++) {
+        const om_slot *s = &r->slots[job->g0 + k];
+        if (s->state != ORTMEM_GRANULE_MAPPED || atomic_load(&s->phys->mappers) < 2)
+            continue;
+        job->cand[k] = true;
+        job->count++;
+        if (s->access == ORTMEM_ACCESS_NONE)
+            return OM_ERR(ORTMEM_E_STATE,
+                          "region cow: shared granule at offset %zu has no access "
+                          "and cannot be read",
+                          (job->g0 + k) * r->granule);
+    }
+    return ORTMEM_OK;
+}
+
+static ortmem_status cow_prepare(ortmem_region *r, size_t offset, size_t len, cow_job *job)
+{
+    ortmem_status st = om_region_check_range(r, offset, len, "region cow");
+    if (st != ORTMEM_OK)
+        return st;
+    job->g0 = offset / r->granule;
+    job->n = (offset + len - 1) / r->granule + 1 - job->g0;
+    st = om_region_check_unpoisoned(r, job->g0, job->n, "region cow");
+    if (st != ORTMEM_OK)
+        return st;
+    job->cand = om_calloc(job->n, sizeof *job->cand);
+    job->fresh = job->cand ? om_calloc(job->n, sizeof *job->fresh) : NULL;
+    if (!job->fresh)
+        return OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping for %zu granules", job->n);
+    st = select_shared(r, job);
+    if (st == ORTMEM_OK && job->count && !om_backend_can_copy(r->backend))
+        st = OM_ERR(ORTMEM_E_UNSUPPORTED, "region cow: backend '%s' has no copy primitive",
+                    r->backend->ops.name);
+    return st;
+}
+
+static ortmem_status cow_run(ortmem_region *r, cow_job *job)
+{
+    ortmem_status st = om_region_acquire(r, job->n, job->cand, job->fresh,
+                                         (uint64_t)job->count * r->granule, &job->hold);
+    if (st == ORTMEM_OK)
+        st = cow_fill(r, job);
+    if (st == ORTMEM_OK)
+        st = cow_swap(r, job);
+    return st;
+}
+
+/* Gives back the copies that were not swapped in and what stays held, and
+ * words the outcome. */
+static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st, size_t offset,
+                                size_t len)
+{
+    for (size_t k = 0; job->fresh && k < job->n; k++) {
+        if (!job->fresh[k] || job->fresh[k]->poisoned)
+            continue;
+        assert(atomic_load(&job->fresh[k]->mappers) == 0);
+        (void)om_phys_discard(r->backend, job->fresh[k]);
+    }
+    om_region_release_hold(r, &job->hold);
+    if (st != ORTMEM_OK)
+        st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
+                           job->count);
+    else if (job->leaked_va)
+        st = OM_ERR(ORTMEM_E_QUARANTINED,
+                    "region cow [%zu, +%zu): copied, but the %zu-byte scratch VA could not be "
+                    "returned and is left reserved",
+                    offset, len, job->count * r->granule);
+    assert(job->n == 0 || om_slots_consistent(r, job->g0, job->n));
+    om_free(job->cand);
+    om_free(job->fresh);
+    return st;
+}
+
+static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len, om_relief *relief)
+{
+    om_error_clear();
+    ortmem_status st = om_region_lock(r, "region cow");
+    if (st != ORTMEM_OK)
+        return st;
+    r->relief = relief;
+    cow_job job = {0};
+    st = cow_prepare(r, offset, len, &job);
+    if (st == ORTMEM_OK && job.count)
+        st = cow_run(r, &job);
+    st = cow_finish(r, &job, st, offset, len);
+    r->relief = NULL;
+    om_region_unlock(r);
+    return st;
+}
+
+ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
+{
+    om_relief relief = {0};
+    ortmem_status st = region_cow_once(r, offset, len, &relief);
+    if (om_relief_run(&relief, st))
+        st = region_cow_once(r, offset, len, NULL);
+    return st;
+}
