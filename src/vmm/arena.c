@@ -68,10 +68,9 @@ static ortmem_status read_options(const ortmem_arena_options *options, ortmem_ar
 {
     if (!options || !out)
         return OM_ERR(ORTMEM_E_INVALID, "arena create: options or out is NULL");
-    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_arena_options))
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "arena create: options struct_size %zu (this library knows %zu)",
-                      options->struct_size, sizeof(ortmem_arena_options));
+    ortmem_status st = OM_STRUCT_CHECK("arena create", "options", options);
+    if (st != ORTMEM_OK)
+        return st;
     memcpy(opt, options, options->struct_size);
     if (opt->capacity == 0)
         return OM_ERR(ORTMEM_E_INVALID, "arena create: capacity is 0");
@@ -459,14 +458,10 @@ ortmem_status ortmem_arena_free(ortmem_arena *a, void *ptr)
 ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
 {
     om_error_clear();
-    if (!stats)
-        return OM_ERR(ORTMEM_E_INVALID, "arena stats: output is NULL");
-    if (stats->struct_size == 0 || stats->struct_size > sizeof *stats)
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "arena stats: struct_size %zu (this library knows %zu); set it to "
-                      "sizeof(ortmem_arena_stats)",
-                      stats->struct_size, sizeof *stats);
-    ortmem_status st = pin_arena(a, "arena stats");
+    ortmem_status st = OM_STRUCT_CHECK("arena stats", "stats", stats);
+    if (st != ORTMEM_OK)
+        return st;
+    st = pin_arena(a, "arena stats");
     if (st != ORTMEM_OK)
         return st;
     ortmem_arena_stats s;

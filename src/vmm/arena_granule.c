@@ -62,14 +62,14 @@ static bool uncommitted_hull(const ortmem_arena *a, size_t g_first, size_t g_las
  * own is kept and put back. */
 static bool fence_poisoned(ortmem_arena *a, ortmem_status st, size_t c_first, size_t c_last)
 {
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    om_error_saved saved;
+    om_error_save(&saved);
     bool fenced = false;
     for (size_t i = c_first; i <= c_last; i++) {
         if (!a->granules[i].committed && granule_poisoned(a, i))
             fenced |= om_granule_fence(a, i);
     }
-    (void)ortmem_error_set(st, "%s", detail);
+    (void)om_error_restore(&saved, st);
     return fenced;
 }
 

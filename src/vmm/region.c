@@ -77,10 +77,9 @@ ortmem_status om_region_check_unpoisoned(const ortmem_region *r, size_t g0, size
 /* Copies the caller's options over the defaults, checking what needs no backend. */
 static ortmem_status read_options(const ortmem_region_options *options, ortmem_region_options *opt)
 {
-    if (options->struct_size == 0 || options->struct_size > sizeof(ortmem_region_options))
-        return OM_ERR(ORTMEM_E_INVALID,
-                      "region create: options struct_size %zu (this library knows %zu)",
-                      options->struct_size, sizeof(ortmem_region_options));
+    ortmem_status st = OM_STRUCT_CHECK("region create", "options", options);
+    if (st != ORTMEM_OK)
+        return st;
     memcpy(opt, options, options->struct_size);
     if (opt->size == 0)
         return OM_ERR(ORTMEM_E_INVALID, "region create: size is 0");
@@ -325,9 +324,10 @@ size_t ortmem_region_granule(ortmem_region *r)
 ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset, ortmem_granule_info *info)
 {
     om_error_clear();
-    if (!info || info->struct_size == 0 || info->struct_size > sizeof *info)
-        return OM_ERR(ORTMEM_E_INVALID, "region granule info: info NULL or struct_size unset");
-    ortmem_status st = om_region_lock(r, "region granule info");
+    ortmem_status st = OM_STRUCT_CHECK("region granule info", "info", info);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_region_lock(r, "region granule info");
     if (st != ORTMEM_OK)
         return st;
     if (offset >= r->size) {
@@ -349,9 +349,10 @@ ortmem_status ortmem_region_range_state(ortmem_region *r, size_t offset, size_t 
                                         ortmem_range_state *out)
 {
     om_error_clear();
-    if (!out || out->struct_size == 0 || out->struct_size > sizeof *out)
-        return OM_ERR(ORTMEM_E_INVALID, "region range state: out NULL or struct_size unset");
-    ortmem_status st = om_region_lock(r, "region range state");
+    ortmem_status st = OM_STRUCT_CHECK("region range state", "out", out);
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_region_lock(r, "region range state");
     if (st != ORTMEM_OK)
         return st;
     st = om_region_check_range(r, offset, len, "region range state");
