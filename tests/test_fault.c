@@ -3,9 +3,75 @@
 #include <stddef.h>
 #include <unistd.h>
 
+#include "backend_contract.h"
 #include "support.h"
 
 #define G TEST_GRANULE
+
+/* ---- the contract, through a wrapper with no fault armed ---- */
+
+static ortmem_backend *contract_inner; /* the wrapped CPU backend of this test */
+
+static ortmem_backend *fault_contract_create(contract_granularity which)
+{
+    ortmem_cpu_options opt = ORTMEM_CPU_OPTIONS_INIT;
+    if (which == CONTRACT_GRANULE_MINIMUM)
+        opt.granule = (size_t)sysconf(_SC_PAGESIZE);
+    OK(ortmem_cpu_backend_create(&opt, &contract_inner));
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    ortmem_backend *f = NULL;
+    OK(ortmem_fault_backend_create(contract_inner, &fo, &f));
+    return f;
+}
+
+/* Unarmed, the wrapper forwards each call once and counts it: its ledger's
+ * calls and failures are the inner backend's, and the sum is its count. */
+static void fault_contract_check(ortmem_backend *f, const char *when)
+{
+    ortmem_vmm_stats outer = stats_of(f), inner = stats_of(contract_inner);
+    uint64_t sum = 0;
+    for (int op = 0; op < ORTMEM_OP_COUNT; op++) {
+        cr_assert_eq(outer.calls[op], inner.calls[op], "%s: %s calls %llu through, %llu inside",
+                     when, ortmem_backend_op_name(op), (unsigned long long)outer.calls[op],
+                     (unsigned long long)inner.calls[op]);
+        cr_assert_eq(outer.failures[op], inner.failures[op], "%s: %s failures", when,
+                     ortmem_backend_op_name(op));
+        sum += outer.calls[op];
+    }
+    uint64_t counted, injected;
+    OK(ortmem_fault_backend_counts(f, &counted, &injected));
+    cr_assert_eq(counted, sum, "%s: the wrapper counted %llu of %llu calls", when,
+                 (unsigned long long)counted, (unsigned long long)sum);
+    cr_assert_eq(injected, 0, "%s", when);
+}
+
+static void fault_contract_destroy(ortmem_backend *f)
+{
+    fault_contract_check(f, "destroy");
+    EXPECT_STATUS(ortmem_backend_destroy(contract_inner), ORTMEM_E_BUSY); /* held by the wrapper */
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(contract_inner));
+    contract_inner = NULL;
+}
+
+static const backend_contract *fault_contract(void)
+{
+    static backend_contract c;
+    c = (backend_contract){
+        .name = "fault(cpu)",
+        .create = fault_contract_create,
+        .destroy = fault_contract_destroy,
+        .check = fault_contract_check,
+        .granule_min = (size_t)sysconf(_SC_PAGESIZE),
+        .granule_rec = 2 * MiB,
+        .host_memory = 1,
+    };
+    return &c;
+}
+
+BACKEND_CONTRACT_TESTS(fault, *fault_contract())
+
+/* ---- fault injection ---- */
 
 static ortmem_backend *fault_on(ortmem_backend *inner, ortmem_backend_op op, uint64_t n)
 {
