@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -15,6 +16,22 @@ static void run_check(const backend_contract *c, ortmem_backend *b, const char *
 {
     if (c->check)
         c->check(b, when);
+}
+
+/* What the backend answered where the contract allows more than one answer:
+ * logged, and printed as "<report_prefix>: ..." where the fixture asks. */
+static void finding(const backend_contract *c, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cr_log_info("%s", line);
+    if (c->report_prefix) {
+        printf("%s: %s\n", c->report_prefix, line);
+        fflush(stdout);
+    }
 }
 
 static size_t granule_of(ortmem_backend *b)
@@ -120,8 +137,8 @@ static void expect_write_refused(const backend_contract *c, ortmem_backend *b, v
     uint8_t junk[4096];
     memset(junk, 0xEE, sizeof junk);
     ortmem_status st = ortmem_backend_copy(b, ro, junk, sizeof junk);
-    cr_log_info("%s: a copy into a read-only mapping -> %s: %s", what, ortmem_status_str(st),
-                ortmem_last_error());
+    finding(c, "%s: a copy into a read-only mapping -> %s: %s", what, ortmem_status_str(st),
+            ortmem_last_error());
     cr_assert_neq(st, ORTMEM_OK, "%s: a copy into a READ mapping is refused", what);
     cr_assert_neq(ortmem_last_error()[0], '\0', "%s: the refusal has a detail", what);
     ortmem_vmm_stats s1 = stats_of(b);
@@ -222,7 +239,7 @@ void contract_granularity_minimum_and_recommended(const backend_contract *c)
         run_check(c, b, what);
         c->destroy(b);
     }
-    cr_log_info("%s: granularity minimum %zu, recommended %zu", c->name, g[1], g[0]);
+    finding(c, "%s: granularity minimum %zu, recommended %zu", c->name, g[1], g[0]);
     cr_assert_geq(g[0], g[1], "recommended %zu >= minimum %zu", g[0], g[1]);
     cr_assert_eq(g[0] % g[1], 0);
 }
@@ -595,13 +612,13 @@ void contract_bad_input_is_a_status_and_changes_nothing(const backend_contract *
 /* ---- optional capabilities ---- */
 
 /* An UNSUPPORTED answer carries a detail and touches nothing. */
-static void unsupported_changed_nothing(ortmem_backend *b, const ortmem_vmm_stats *s0,
-                                        const char *what)
+static void unsupported_changed_nothing(const backend_contract *c, ortmem_backend *b,
+                                        const ortmem_vmm_stats *s0, const char *what)
 {
     cr_assert_neq(ortmem_last_error()[0], '\0', "%s: UNSUPPORTED without a detail", what);
+    finding(c, "%s: unsupported here: %s", what, ortmem_last_error());
     ortmem_vmm_stats s = stats_of(b);
     same_bytes(s0, &s, what);
-    cr_log_info("%s: unsupported here: %s", what, ortmem_last_error());
 }
 
 static void capability_export_import(const backend_contract *c, ortmem_backend *b, size_t g)
@@ -611,14 +628,14 @@ static void capability_export_import(const backend_contract *c, ortmem_backend *
     int fd = -1;
     ortmem_vmm_stats s0 = stats_of(b);
     EXPECT_STATUS(ortmem_region_export(plain, 0, &fd), ORTMEM_E_UNSUPPORTED);
-    unsupported_changed_nothing(b, &s0, "export of a granule not created exportable");
+    unsupported_changed_nothing(c, b, &s0, "export of a granule not created exportable");
     cr_assert_eq(fd, -1);
 
     ortmem_region *exp = region_on(b, g, ORTMEM_REGION_EXPORTABLE);
     s0 = stats_of(b);
     ortmem_status st = ortmem_region_commit(exp, 0, g);
     if (st == ORTMEM_E_UNSUPPORTED) {
-        unsupported_changed_nothing(b, &s0, "exportable granules");
+        unsupported_changed_nothing(c, b, &s0, "exportable granules");
         cr_assert_eq(granule_info(exp, 0).state, ORTMEM_GRANULE_UNMAPPED);
     } else {
         OK(st);
@@ -626,7 +643,7 @@ static void capability_export_import(const backend_contract *c, ortmem_backend *
         s0 = stats_of(b);
         st = ortmem_region_export(exp, 0, &fd);
         if (st == ORTMEM_E_UNSUPPORTED) {
-            unsupported_changed_nothing(b, &s0, "export");
+            unsupported_changed_nothing(c, b, &s0, "export");
         } else {
             OK(st);
             cr_assert_geq(fd, 0);
@@ -635,7 +652,7 @@ static void capability_export_import(const backend_contract *c, ortmem_backend *
             st = ortmem_region_import(imp, 0, fd, ORTMEM_ACCESS_READ_WRITE);
             close(fd);
             if (st == ORTMEM_E_UNSUPPORTED) {
-                unsupported_changed_nothing(b, &s0, "import");
+                unsupported_changed_nothing(c, b, &s0, "import");
             } else {
                 OK(st);
                 ortmem_vmm_stats s = stats_of(b);
@@ -661,7 +678,7 @@ static void capability_copy(const backend_contract *c, ortmem_backend *b, size_t
     ortmem_vmm_stats s0 = stats_of(b);
     ortmem_status st = ortmem_backend_copy(b, base, probe, sizeof probe);
     if (st == ORTMEM_E_UNSUPPORTED) {
-        unsupported_changed_nothing(b, &s0, "copy");
+        unsupported_changed_nothing(c, b, &s0, "copy");
         OK(ortmem_region_destroy(r));
         return;
     }
@@ -680,14 +697,13 @@ static void capability_copy(const backend_contract *c, ortmem_backend *b, size_t
 
 static void capability_streams_and_events(const backend_contract *c, ortmem_backend *b, size_t g)
 {
-    (void)c;
     ortmem_region *r = region_on(b, 2 * g, 0);
     OK(ortmem_region_commit(r, 0, 2 * g));
     uint8_t *base = base_of(r);
     ortmem_vmm_stats s0 = stats_of(b);
     ortmem_status st = ortmem_backend_memset_async(b, base, 0x5A, 2 * g, 0);
     if (st == ORTMEM_E_UNSUPPORTED)
-        unsupported_changed_nothing(b, &s0, "memset_async");
+        unsupported_changed_nothing(c, b, &s0, "memset_async");
     else
         OK(st);
     bool memset_done = st == ORTMEM_OK;
@@ -697,7 +713,7 @@ static void capability_streams_and_events(const backend_contract *c, ortmem_back
     s0 = stats_of(b);
     st = ortmem_backend_copy_async(b, host, base, 2 * g, 0);
     if (st == ORTMEM_E_UNSUPPORTED)
-        unsupported_changed_nothing(b, &s0, "copy_async");
+        unsupported_changed_nothing(c, b, &s0, "copy_async");
     else
         OK(st);
     bool copy_done = st == ORTMEM_OK;
@@ -706,7 +722,7 @@ static void capability_streams_and_events(const backend_contract *c, ortmem_back
     s0 = stats_of(b);
     st = ortmem_backend_event_record(b, 0, &ev);
     if (st == ORTMEM_E_UNSUPPORTED) {
-        unsupported_changed_nothing(b, &s0, "events");
+        unsupported_changed_nothing(c, b, &s0, "events");
         EXPECT_STATUS(ortmem_backend_event_query(b, ev), ORTMEM_E_UNSUPPORTED);
         EXPECT_STATUS(ortmem_backend_event_release(b, ev), ORTMEM_E_UNSUPPORTED);
     } else {
@@ -717,7 +733,7 @@ static void capability_streams_and_events(const backend_contract *c, ortmem_back
             cr_assert_lt(busy, 100000000L, "the event never completed");
         }
         OK(st);
-        cr_log_info("event pending for %ld queries", busy);
+        finding(c, "event pending for %ld queries", busy);
         if (memset_done && copy_done) {
             size_t bad = 2 * g;
             for (size_t i = 0; i < 2 * g && bad == 2 * g; i++)
@@ -746,7 +762,7 @@ static void capability_access_none(const backend_contract *c, ortmem_backend *b,
     ortmem_vmm_stats s0 = stats_of(b);
     ortmem_status st = ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_NONE);
     if (st == ORTMEM_E_UNSUPPORTED) {
-        unsupported_changed_nothing(b, &s0, "access NONE");
+        unsupported_changed_nothing(c, b, &s0, "access NONE");
         cr_assert_eq(granule_info(r, 0).access, ORTMEM_ACCESS_READ_WRITE, "access unchanged");
     } else {
         OK(st);
@@ -854,7 +870,7 @@ void contract_failures_change_nothing_and_set_a_detail(const backend_contract *c
     close(fds[1]);
     cr_assert_neq(st, ORTMEM_OK, "a pipe imported as a granule");
     cr_assert_neq(ortmem_last_error()[0], '\0', "the import failure has a detail");
-    cr_log_info("import of a pipe -> %s: %s", ortmem_status_str(st), ortmem_last_error());
+    finding(c, "import of a pipe -> %s: %s", ortmem_status_str(st), ortmem_last_error());
     ortmem_vmm_stats s1 = stats_of(b);
     same_bytes(&s0, &s1, "import of a pipe");
     if (st != ORTMEM_E_UNSUPPORTED)

@@ -42,6 +42,11 @@ typedef struct backend_contract {
      * the backend's copy, and a copy into a read-only mapping must be refused
      * with a status. */
     int host_memory;
+    /* Non-NULL: what the backend answered where more than one answer is
+     * allowed (granularity, a refused write's status, pending event queries,
+     * a bad import) is also printed on stdout as "<report_prefix>: ..." for
+     * the run's log. */
+    const char *report_prefix;
 } backend_contract;
 
 void contract_granularity_minimum_and_recommended(const backend_contract *c);

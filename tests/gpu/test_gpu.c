@@ -109,6 +109,7 @@ static const backend_contract gpu_contract = {
     .granule_min = 0, /* what the device reports */
     .granule_rec = 0,
     .host_memory = 0,
+    .report_prefix = "gpu", /* the suite's log keeps the driver's answers */
 };
 
 BACKEND_CONTRACT_TESTS(gpu, gpu_contract)
