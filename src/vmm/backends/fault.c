@@ -35,8 +35,9 @@ static ortmem_status fault_check(fault_backend *f, ortmem_backend_op op)
     ortmem_status st = ORTMEM_OK;
     if (f->options.op == ORTMEM_OP_ANY || f->options.op == op) {
         uint64_t n = ++f->calls;
-        bool fail = f->options.fail_at &&
-                    (f->options.persistent ? n >= f->options.fail_at : n == f->options.fail_at);
+        /* Persistent: every call from fail_at on, like a device that broke. */
+        bool stuck = f->options.persistent && f->options.fail_at && n >= f->options.fail_at;
+        bool fail = stuck || (f->options.fail_at && n == f->options.fail_at);
         if (!fail && f->options.probability > 0.0) {
             double u = (double)(fault_next_random(f) >> 11) * (1.0 / 9007199254740992.0);
             fail = u < f->options.probability;
@@ -45,9 +46,7 @@ static ortmem_status fault_check(fault_backend *f, ortmem_backend_op op)
             f->injected++;
             st = OM_ERR(ORTMEM_E_BACKEND, "fault injected into %s (counted call %llu%s)",
                         ortmem_backend_op_name(op), (unsigned long long)n,
-                        f->options.persistent && f->options.fail_at && n >= f->options.fail_at
-                            ? ", failing persistently until re-armed"
-                            : "");
+                        stuck ? ", failing persistently until re-armed" : "");
         }
     }
     pthread_mutex_unlock(&f->lock);
