@@ -1,10 +1,77 @@
 /* Fault injection: each failure path leaves state unchanged or quarantined, and
  * a sweep fails every backend call of a scripted workload in turn. */
+#include <stddef.h>
 #include <unistd.h>
 
+#include "backend_contract.h"
 #include "support.h"
 
 #define G TEST_GRANULE
+
+/* ---- the contract, through a wrapper with no fault armed ---- */
+
+static ortmem_backend *contract_inner; /* the wrapped CPU backend of this test */
+
+static ortmem_backend *fault_contract_create(contract_granularity which)
+{
+    ortmem_cpu_options opt = ORTMEM_CPU_OPTIONS_INIT;
+    if (which == CONTRACT_GRANULE_MINIMUM)
+        opt.granule = (size_t)sysconf(_SC_PAGESIZE);
+    OK(ortmem_cpu_backend_create(&opt, &contract_inner));
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    ortmem_backend *f = NULL;
+    OK(ortmem_fault_backend_create(contract_inner, &fo, &f));
+    return f;
+}
+
+/* Unarmed, the wrapper forwards each call once and counts it: its ledger's
+ * calls and failures are the inner backend's, and the sum is its count. */
+static void fault_contract_check(ortmem_backend *f, const char *when)
+{
+    ortmem_vmm_stats outer = stats_of(f), inner = stats_of(contract_inner);
+    uint64_t sum = 0;
+    for (int op = 0; op < ORTMEM_OP_COUNT; op++) {
+        cr_assert_eq(outer.calls[op], inner.calls[op], "%s: %s calls %llu through, %llu inside",
+                     when, ortmem_backend_op_name(op), (unsigned long long)outer.calls[op],
+                     (unsigned long long)inner.calls[op]);
+        cr_assert_eq(outer.failures[op], inner.failures[op], "%s: %s failures", when,
+                     ortmem_backend_op_name(op));
+        sum += outer.calls[op];
+    }
+    uint64_t counted, injected;
+    OK(ortmem_fault_backend_counts(f, &counted, &injected));
+    cr_assert_eq(counted, sum, "%s: the wrapper counted %llu of %llu calls", when,
+                 (unsigned long long)counted, (unsigned long long)sum);
+    cr_assert_eq(injected, 0, "%s", when);
+}
+
+static void fault_contract_destroy(ortmem_backend *f)
+{
+    fault_contract_check(f, "destroy");
+    EXPECT_STATUS(ortmem_backend_destroy(contract_inner), ORTMEM_E_BUSY); /* held by the wrapper */
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(contract_inner));
+    contract_inner = NULL;
+}
+
+static const backend_contract *fault_contract(void)
+{
+    static backend_contract c;
+    c = (backend_contract){
+        .name = "fault(cpu)",
+        .create = fault_contract_create,
+        .destroy = fault_contract_destroy,
+        .check = fault_contract_check,
+        .granule_min = (size_t)sysconf(_SC_PAGESIZE),
+        .granule_rec = 2 * MiB,
+        .host_memory = 1,
+    };
+    return &c;
+}
+
+BACKEND_CONTRACT_TESTS(fault, *fault_contract())
+
+/* ---- fault injection ---- */
 
 static ortmem_backend *fault_on(ortmem_backend *inner, ortmem_backend_op op, uint64_t n)
 {
@@ -67,6 +134,134 @@ Test(fault, probability_faults_are_deterministic_for_a_seed)
     }
     cr_assert_gt(injected[0], 0);
     cr_assert_eq(injected[0], injected[1]);
+}
+
+static ortmem_backend *persistent_fault_on(ortmem_backend *inner, ortmem_backend_op op,
+                                           uint64_t from)
+{
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = op;
+    fo.fail_at = from;
+    fo.persistent = 1;
+    ortmem_backend *f;
+    OK(ortmem_fault_backend_create(inner, &fo, &f));
+    return f;
+}
+
+Test(fault, persistent_mode_fails_every_call_of_the_op_from_the_nth_until_re_armed)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *f = persistent_fault_on(cpu, ORTMEM_OP_MAP, 3);
+    ortmem_region *r = region_on(f, 8 * G, 0);
+    OK(ortmem_region_commit(r, 0, 2 * G)); /* maps 1 and 2 */
+    ortmem_vmm_stats base = stats_of(f);
+    cr_assert_eq(base.owned_bytes, 2 * G);
+    cr_assert_eq(base.mapped_bytes, 2 * G);
+    /* Every later map fails, each attempt in turn. */
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        EXPECT_STATUS(ortmem_region_commit(r, 4 * G, 2 * G), ORTMEM_E_BACKEND);
+        cr_assert(strstr(ortmem_last_error(), "failing persistently until re-armed"), "%s",
+                  ortmem_last_error());
+        uint64_t calls, injected;
+        OK(ortmem_fault_backend_counts(f, &calls, &injected));
+        cr_assert_eq(calls, 2 + (uint64_t)attempt, "attempt %d: calls %llu", attempt,
+                     (unsigned long long)calls);
+        cr_assert_eq(injected, (uint64_t)attempt, "attempt %d: injected %llu", attempt,
+                     (unsigned long long)injected);
+        ortmem_vmm_stats s = stats_of(f);
+        cr_assert_eq(s.calls[ORTMEM_OP_MAP], 2 + (uint64_t)attempt);
+        cr_assert_eq(s.failures[ORTMEM_OP_MAP], (uint64_t)attempt);
+        cr_assert_eq(s.calls[ORTMEM_OP_CREATE], 2 + 2 * (uint64_t)attempt,
+                     "each attempt created both granules before its first map");
+        cr_assert_eq(s.calls[ORTMEM_OP_RELEASE], 2 * (uint64_t)attempt, "and rolled both back");
+        /* The ledger is back at its baseline after each failed commit. */
+        cr_assert_eq(s.owned_bytes, base.owned_bytes);
+        cr_assert_eq(s.mapped_bytes, base.mapped_bytes);
+        cr_assert_eq(s.owned_granules, base.owned_granules);
+        cr_assert_eq(s.mapped_granules, base.mapped_granules);
+        cr_assert_eq(s.quarantined_bytes, 0);
+        cr_assert_eq(granule_info(r, 4 * G).state, ORTMEM_GRANULE_UNMAPPED);
+        cr_assert_eq(granule_info(r, 5 * G).state, ORTMEM_GRANULE_UNMAPPED);
+    }
+    /* Other operations pass: decommit works while maps keep failing. */
+    OK(ortmem_region_decommit(r, G, G));
+    cr_assert_eq(stats_of(f).owned_bytes, G);
+    /* Re-armed without a fault: maps work again and the counts start over. */
+    ortmem_fault_options clear = ORTMEM_FAULT_OPTIONS_INIT;
+    clear.op = ORTMEM_OP_MAP;
+    OK(ortmem_fault_backend_arm(f, &clear));
+    OK(ortmem_region_commit(r, 4 * G, 2 * G));
+    uint64_t calls, injected;
+    OK(ortmem_fault_backend_counts(f, &calls, &injected));
+    cr_assert_eq(calls, 2);
+    cr_assert_eq(injected, 0);
+    cr_assert_eq(stats_of(f).mapped_bytes, 3 * G);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(cpu));
+}
+
+Test(fault, persistent_mode_on_any_op_fails_everything_from_the_nth_call)
+{
+    ortmem_backend *cpu = test_backend();
+    /* Calls 1 (reserve) and 2-4 (create, map, set_access of one granule) pass. */
+    ortmem_backend *f = persistent_fault_on(cpu, ORTMEM_OP_ANY, 5);
+    ortmem_region *r = region_on(f, 4 * G, 0);
+    OK(ortmem_region_commit(r, 0, G));
+    fill_pattern(ortmem_region_base(r), G, 11);
+    ortmem_vmm_stats base = stats_of(f);
+    EXPECT_STATUS(ortmem_region_commit(r, G, G), ORTMEM_E_BACKEND);   /* create */
+    EXPECT_STATUS(ortmem_region_decommit(r, 0, G), ORTMEM_E_BACKEND); /* unmap */
+    EXPECT_STATUS(ortmem_region_protect(r, 0, G, ORTMEM_ACCESS_READ), ORTMEM_E_BACKEND);
+    uint64_t calls, injected;
+    OK(ortmem_fault_backend_counts(f, &calls, &injected));
+    cr_assert_eq(calls, 7);
+    cr_assert_eq(injected, 3);
+    ortmem_vmm_stats s = stats_of(f);
+    cr_assert_eq(s.failures[ORTMEM_OP_CREATE], 1);
+    cr_assert_eq(s.failures[ORTMEM_OP_UNMAP], 1);
+    cr_assert_eq(s.failures[ORTMEM_OP_SET_ACCESS], 1);
+    cr_assert_eq(s.owned_bytes, base.owned_bytes, "nothing changed");
+    cr_assert_eq(s.mapped_bytes, base.mapped_bytes);
+    cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_MAPPED);
+    cr_assert_eq(granule_info(r, 0).access, ORTMEM_ACCESS_READ_WRITE);
+    cr_assert(check_pattern(ortmem_region_base(r), G, 11));
+    ortmem_fault_options clear = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_arm(f, &clear));
+    OK(ortmem_region_decommit(r, 0, G));
+    OK(ortmem_region_destroy(r));
+    ortmem_vmm_stats end = stats_of(f);
+    cr_assert_eq(end.owned_bytes, 0);
+    cr_assert_eq(end.reserved_bytes, 0);
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(cpu));
+}
+
+Test(fault, persistent_needs_a_first_call_and_old_option_sizes_mean_one_shot)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_backend *f = NULL;
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.persistent = 1;
+    EXPECT_STATUS(ortmem_fault_backend_create(cpu, &fo, &f), ORTMEM_E_INVALID);
+    cr_assert(strstr(ortmem_last_error(), "fail_at"), "%s", ortmem_last_error());
+    cr_assert_null(f);
+    /* A caller built before the field existed passes the shorter struct: the
+     * field reads as 0, so the Nth call fails once. */
+    fo.op = ORTMEM_OP_CREATE;
+    fo.fail_at = 1;
+    fo.struct_size = offsetof(ortmem_fault_options, persistent);
+    OK(ortmem_fault_backend_create(cpu, &fo, &f));
+    ortmem_region *r = region_on(f, 2 * G, 0);
+    EXPECT_STATUS(ortmem_region_commit(r, 0, G), ORTMEM_E_BACKEND);
+    OK(ortmem_region_commit(r, 0, G));
+    OK(ortmem_region_commit(r, G, G));
+    uint64_t injected;
+    OK(ortmem_fault_backend_counts(f, NULL, &injected));
+    cr_assert_eq(injected, 1);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_backend_destroy(f));
+    OK(ortmem_backend_destroy(cpu));
 }
 
 Test(fault, failed_map_or_set_access_leaves_the_region_unchanged)

@@ -284,18 +284,22 @@ typedef struct ortmem_fault_options {
     uint64_t fail_at;     /* fail the Nth counted call (1-based); 0 = never */
     double probability;   /* in addition, fail each counted call with this probability */
     uint64_t seed;        /* seed for probability (deterministic) */
+    /* Non-zero: every counted call from the fail_at-th on fails, until the
+     * wrapper is re-armed (needs fail_at >= 1). 0: only the fail_at-th fails. */
+    int persistent;
 } ortmem_fault_options;
 
 #define ORTMEM_FAULT_OPTIONS_INIT                                                                  \
     {                                                                                              \
-        sizeof(ortmem_fault_options), ORTMEM_OP_ANY, 0, 0.0, 1                                     \
+        sizeof(ortmem_fault_options), ORTMEM_OP_ANY, 0, 0.0, 1, 0                                  \
     }
 
 /* The wrapper keeps inner alive: inner cannot be destroyed before it. */
 ORTMEM_API ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
                                                      const ortmem_fault_options *options,
                                                      ortmem_backend **out);
-/* Re-arms the wrapper with new options and zeroes its counted calls. */
+/* Re-arms the wrapper with new options and zeroes its counted calls (this is
+ * what ends a persistent failure). */
 ORTMEM_API ortmem_status ortmem_fault_backend_arm(ortmem_backend *fault,
                                                   const ortmem_fault_options *options);
 /* Calls counted so far (for the armed op) and failures injected so far. */

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include "../backend_contract.h"
 #include "../support.h"
 #include "gpu_support.h"
 
@@ -81,25 +82,39 @@ static uint8_t *base_of(ortmem_region *r)
     return ortmem_region_base(r);
 }
 
-/* ---- granularity, reservation, the seam ---- */
+/* ---- the backend contract on the device ----
+ * Granularity, reservations, granules, map/unmap runs, READ and READ_WRITE
+ * (a copy-engine write into a READ alias is refused and the context
+ * survives), aliases, bad input, streams and events, failures:
+ * tests/backend_contract.c. */
 
-Test(gpu, granularity_minimum_and_recommended)
+static ortmem_backend *gpu_contract_create(contract_granularity which)
 {
-    ortmem_backend *b = gpu_backend();
-    size_t rec = granule_of(b);
-    OK(ortmem_backend_destroy(b));
     ortmem_cuda_options o = ORTMEM_CUDA_OPTIONS_INIT;
-    o.granularity = ORTMEM_CUDA_GRANULE_MINIMUM;
-    b = gpu_backend_with(o);
-    size_t min = granule_of(b);
-    OK(ortmem_backend_destroy(b));
-    cr_log_info("granularity: minimum %zu bytes, recommended %zu bytes", min, rec);
-    printf("gpu: granularity minimum %zu, recommended %zu\n", min, rec);
-    cr_assert(min && !(min & (min - 1)), "minimum %zu is a power of two", min);
-    cr_assert(rec && !(rec & (rec - 1)), "recommended %zu is a power of two", rec);
-    cr_assert_geq(rec, min);
-    cr_assert_eq(rec % min, 0);
+    if (which == CONTRACT_GRANULE_MINIMUM)
+        o.granularity = ORTMEM_CUDA_GRANULE_MINIMUM;
+    return gpu_backend_with(o);
 }
+
+static void gpu_contract_destroy(ortmem_backend *b)
+{
+    OK(ortmem_backend_destroy(b));
+}
+
+static const backend_contract gpu_contract = {
+    .name = "cuda",
+    .create = gpu_contract_create,
+    .destroy = gpu_contract_destroy,
+    .check = NULL,
+    .granule_min = 0, /* what the device reports */
+    .granule_rec = 0,
+    .host_memory = 0,
+    .report_prefix = "gpu", /* the suite's log keeps the driver's answers */
+};
+
+BACKEND_CONTRACT_TESTS(gpu, gpu_contract)
+
+/* ---- reservation at scale, the seam ---- */
 
 Test(gpu, a_64_gib_reservation)
 {
@@ -158,46 +173,15 @@ Test(gpu, a_copy_across_the_seam_between_two_physical_granules)
 
 /* ---- access ---- */
 
-Test(gpu, a_read_only_alias_refuses_copy_engine_writes_and_the_context_survives)
+Test(gpu, what_the_driver_says_about_prot_none)
 {
-    ortmem_backend *b = gpu_backend();
-    size_t g = granule_of(b);
-    ortmem_region *src = region_on(b, g, 0), *alias = region_on(b, g, 0);
-    OK(ortmem_region_commit(src, 0, g));
-    backend_put_pattern(b, base_of(src), g, 5);
-    OK(ortmem_region_share(alias, 0, src, 0, g, ORTMEM_ACCESS_READ));
-    cr_assert(matches(b, base_of(alias), g, 5), "the alias reads the source");
-
-    uint8_t junk[4096];
-    memset(junk, 0xEE, sizeof junk);
-    ortmem_status st = ortmem_backend_copy(b, base_of(alias), junk, sizeof junk);
-    printf("gpu: copy into the read-only alias -> %s: %s\n", ortmem_status_str(st),
-           ortmem_last_error());
-    cr_assert_neq(st, ORTMEM_OK, "a copy-engine write into a READ mapping is refused");
-
-    /* The context survives: copies into read-write memory and reads work. */
-    ortmem_region *rw = region_on(b, g, 0);
-    OK(ortmem_region_commit(rw, 0, g));
-    backend_put_pattern(b, base_of(rw), g, 6);
-    cr_assert(matches(b, base_of(rw), g, 6), "a later copy to a read-write mapping works");
-    cr_assert(matches(b, base_of(src), g, 5), "the source was not written through the alias");
-    OK(ortmem_region_destroy(rw));
-    OK(ortmem_region_destroy(alias));
-    OK(ortmem_region_destroy(src));
-    assert_ledger_empty(b, "after the alias");
-    OK(ortmem_backend_destroy(b));
-}
-
-Test(gpu, access_none_is_unsupported_and_what_the_driver_says_about_prot_none)
-{
+    /* ortmem's NONE being ORTMEM_E_UNSUPPORTED, READ and READ_WRITE: the
+     * contract (contract_optional_capabilities_work_or_are_unsupported). */
     ortmem_backend *b = gpu_backend();
     gpu_raw raw = raw_driver();
     size_t g = granule_of(b);
     ortmem_region *r = region_on(b, g, 0);
     OK(ortmem_region_commit(r, 0, g));
-    EXPECT_STATUS(ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_NONE), ORTMEM_E_UNSUPPORTED);
-    OK(ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_READ));
-    OK(ortmem_region_protect(r, 0, g, ORTMEM_ACCESS_READ_WRITE));
     backend_put_pattern(b, base_of(r), 4096, 8);
 
     /* Informational: what cuMemSetAccess(PROT_NONE) does on this driver. */
@@ -272,31 +256,6 @@ Test(gpu, copy_on_write_on_the_device)
 }
 
 /* ---- the foundation's region behaviour on the device ---- */
-
-Test(gpu, commit_and_decommit_ranges_one_call_per_run)
-{
-    ortmem_backend *b = gpu_backend();
-    size_t g = granule_of(b);
-    ortmem_region *r = region_on(b, 16 * g, 0);
-    ortmem_range ranges[] = {{0, 2 * g}, {2 * g, 1}, {8 * g, 3 * g}, {15 * g, g}};
-    OK(ortmem_region_commit_ranges(r, ranges, 4));
-    ortmem_vmm_stats s = stats_of(b);
-    cr_assert_eq(s.calls[ORTMEM_OP_CREATE], 7);
-    cr_assert_eq(s.calls[ORTMEM_OP_MAP], 7);
-    cr_assert_eq(s.calls[ORTMEM_OP_SET_ACCESS], 3, "one set-access per contiguous run");
-    backend_put_pattern(b, base_of(r), 3 * g, 60);
-    backend_put_pattern(b, base_of(r) + 8 * g, 3 * g, 61);
-    ortmem_range out[] = {{0, 3 * g}, {8 * g, 3 * g}};
-    OK(ortmem_region_decommit_ranges(r, out, 2));
-    s = stats_of(b);
-    cr_assert_eq(s.calls[ORTMEM_OP_UNMAP], 2, "one unmap per contiguous run");
-    cr_assert_eq(s.owned_bytes, g);
-    cr_assert_eq(granule_info(r, 15 * g).state, ORTMEM_GRANULE_MAPPED);
-    cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_UNMAPPED);
-    OK(ortmem_region_destroy(r));
-    assert_ledger_empty(b, "after ranges");
-    OK(ortmem_backend_destroy(b));
-}
 
 Test(gpu, region_copy_device_to_device_and_the_pool)
 {
@@ -499,35 +458,6 @@ Test(gpu, fault_injection_sweep_on_the_device)
 }
 
 /* ---- streams and events ---- */
-
-Test(gpu, async_copy_memset_and_events_on_the_default_stream)
-{
-    ortmem_backend *b = gpu_backend();
-    size_t g = granule_of(b);
-    ortmem_region *r = region_on(b, 2 * g, 0);
-    OK(ortmem_region_commit(r, 0, 2 * g));
-    OK(ortmem_backend_memset_async(b, base_of(r), 0x5A, 2 * g, 0));
-    uint8_t *host = malloc(2 * g);
-    cr_assert_not_null(host);
-    OK(ortmem_backend_copy_async(b, host, base_of(r), 2 * g, 0));
-    uint64_t ev = 0;
-    OK(ortmem_backend_event_record(b, 0, &ev));
-    ortmem_status st;
-    int busy = 0;
-    for (long spins = 0; (st = ortmem_backend_event_query(b, ev)) == ORTMEM_E_BUSY; spins++) {
-        busy++;
-        cr_assert_lt(spins, 100000000L, "the event never completed");
-    }
-    OK(st);
-    printf("gpu: event pending for %d queries\n", busy);
-    for (size_t i = 0; i < 2 * g; i += 4093)
-        cr_assert_eq(host[i], 0x5A, "byte %zu", i);
-    OK(ortmem_backend_event_release(b, ev));
-    EXPECT_STATUS(ortmem_backend_event_query(b, ev), ORTMEM_E_NOT_FOUND);
-    free(host);
-    OK(ortmem_region_destroy(r));
-    OK(ortmem_backend_destroy(b));
-}
 
 /* ---- KV cache ---- */
 

@@ -41,15 +41,18 @@ static ortmem_status fault_check(fault_backend *f, ortmem_backend_op op)
     ortmem_status st = ORTMEM_OK;
     if (f->options.op == ORTMEM_OP_ANY || f->options.op == op) {
         uint64_t n = ++f->calls;
-        bool fail = f->options.fail_at && n == f->options.fail_at;
+        /* Persistent: every call from fail_at on, like a device that broke. */
+        bool stuck = f->options.persistent && f->options.fail_at && n >= f->options.fail_at;
+        bool fail = stuck || (f->options.fail_at && n == f->options.fail_at);
         if (!fail && f->options.probability > 0.0) {
             double u = (double)(fault_next_random(f) >> 11) * (1.0 / 9007199254740992.0);
             fail = u < f->options.probability;
         }
         if (fail) {
             f->injected++;
-            st = OM_ERR(ORTMEM_E_BACKEND, "fault injected into %s (counted call %llu)",
-                        ortmem_backend_op_name(op), (unsigned long long)n);
+            st = OM_ERR(ORTMEM_E_BACKEND, "fault injected into %s (counted call %llu%s)",
+                        ortmem_backend_op_name(op), (unsigned long long)n,
+                        stuck ? ", failing persistently until re-armed" : "");
         }
     }
     pthread_mutex_unlock(&f->lock);
@@ -198,6 +201,9 @@ static ortmem_status fault_validate(const ortmem_fault_options *options, ortmem_
         return OM_ERR(ORTMEM_E_INVALID, "%s: unknown operation %d", what, (int)opt.op);
     if (!(opt.probability >= 0.0 && opt.probability <= 1.0))
         return OM_ERR(ORTMEM_E_INVALID, "%s: probability %g outside [0, 1]", what, opt.probability);
+    if (opt.persistent && !opt.fail_at)
+        return OM_ERR(ORTMEM_E_INVALID,
+                      "%s: persistent failure needs fail_at >= 1 (the first call to fail)", what);
     *out = opt;
     return ORTMEM_OK;
 }
