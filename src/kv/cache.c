@@ -168,10 +168,12 @@ ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s)
         if (info.state != ORTMEM_GRANULE_UNMAPPED)
             continue;
         st = ortmem_region_share(s->region, k * g, c->zero, 0, g, ORTMEM_ACCESS_READ);
+        s->tail_missing = st != ORTMEM_OK;
         if (st != ORTMEM_OK)
             return om_error_wrap(st, "kv zero tail");
         s->zero_mapped[k] = true;
     }
+    s->tail_missing = false;
     return ORTMEM_OK;
 }
 
