@@ -337,7 +337,7 @@ static int step_after(sweep *w, env *e, const char *call, int line, ortmem_statu
     char detail[512];
     snprintf(detail, sizeof detail, "%s", ortmem_last_error());
     sweep_pause(w);
-    if (getenv("SWEEP_DEBUG") && st != ORTMEM_OK)
+    if (getenv("SWEEP_DEBUG") && st != ORTMEM_OK) /* every failed call, probes included */
         fprintf(stderr, "%s k=%llu p=%d probe=%d calls=%llu: %s -> %s: %s\n", w->workload,
                 (unsigned long long)w->fail_at, w->persistent, probe_mode,
                 (unsigned long long)w->calls, call, ortmem_status_str(st), detail);
