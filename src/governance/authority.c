@@ -17,6 +17,8 @@
 
 static _Atomic uint64_t om_authority_ids;
 static _Thread_local unsigned om_pressure_depth;
+/* Set by om_apply_pressure when it could not ask anyone (no memory for its list). */
+static _Thread_local bool om_pressure_unasked;
 
 static const char *const om_role_names[ORTMEM_ROLE_COUNT] = {
     [ORTMEM_ROLE_WEIGHTS] = "weights",
@@ -153,7 +155,7 @@ ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_b
                          uint64_t mapped_bytes, bool pressure, const char *what)
 {
     pthread_mutex_lock(&a->lock);
-    bool pressed = false;
+    bool pressed = false, unasked = false;
     for (;;) {
         if (om_fits_locked(a, h, owned_bytes, mapped_bytes)) {
             h->reserved_owned += owned_bytes;
@@ -168,10 +170,18 @@ ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_b
         uint64_t want = om_shortfall_locked(a, h, owned_bytes, mapped_bytes);
         pthread_mutex_unlock(&a->lock);
         (void)om_apply_pressure(a, h, want);
+        unasked = om_pressure_unasked;
         pthread_mutex_lock(&a->lock);
         pressed = true;
     }
-    ortmem_status st = om_refuse_locked(a, h, owned_bytes, mapped_bytes, what);
+    /* Holders never asked for want of memory: not a budget refusal. */
+    ortmem_status st =
+        unasked ? OM_ERR(ORTMEM_E_NOMEM,
+                         "%s: holder '%s' requested %llu bytes beyond what is available, and "
+                         "no holder could be asked to release (no memory for the list of %zu "
+                         "holders)",
+                         what, h->name, (unsigned long long)owned_bytes, a->holder_count)
+                : om_refuse_locked(a, h, owned_bytes, mapped_bytes, what);
     pthread_mutex_unlock(&a->lock);
     return st;
 }
@@ -207,6 +217,7 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
 {
     pthread_mutex_lock(&a->lock);
     ortmem_holder **asked = om_malloc((a->holder_count ? a->holder_count : 1) * sizeof *asked);
+    om_pressure_unasked = asked == NULL;
     size_t n = 0;
     for (size_t i = 0; asked && i < a->holder_count; i++) {
         ortmem_holder *h = a->holders[i];

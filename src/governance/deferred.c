@@ -2,6 +2,7 @@
  * the fence completes; poll and drain carry the release out then. The region
  * or arena must outlive its pending releases (a release whose handle is gone
  * by then is reported failed). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -138,6 +139,12 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     ortmem_status first_failure = ORTMEM_OK;
     om_error_saved first_error = {""};
     bool *done = taken ? om_calloc(taken, sizeof *done) : NULL;
+    /* Without the lists nothing is carried out: every release stays pending. */
+    if (n && (!mine || !done)) {
+        first_failure = ORTMEM_E_NOMEM;
+        snprintf(first_error.detail, sizeof first_error.detail,
+                 "no memory for the list of %zu releases", n);
+    }
     for (size_t i = 0; done && i < taken; i++) {
         om_deferred *d = mine[i];
         if (!om_fence_complete(d->fence))
@@ -181,6 +188,8 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
         memcpy(report, &r, report->struct_size);
     }
     om_authority_unpin(a);
+    if (first_failure == ORTMEM_E_NOMEM && r.failed == 0)
+        return OM_ERR(first_failure, "authority poll: %s; nothing changed", first_error.detail);
     if (first_failure != ORTMEM_OK)
         return OM_ERR(first_failure,
                       "authority poll: %llu releases failed and changed nothing; first: %s",

@@ -3,10 +3,13 @@
  * a callback; an event fence asks the backend whether an event recorded on a
  * stream completed, so a release waits for that stream and never for the
  * whole device. */
+#include <stdio.h>
+
 #include "core/alloc.h"
 #include "governance/fence.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -74,8 +77,11 @@ ortmem_status ortmem_fence_create_event(ortmem_backend *backend, uint64_t stream
     ortmem_fence *f = NULL;
     st = om_fence_new(om_event_done, NULL, &f);
     if (st != ORTMEM_OK) {
+        /* The release clears the thread's detail: keep the fence's. */
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
         (void)ortmem_backend_event_release(backend, event);
-        return st;
+        return OM_ERR(st, "%s", detail);
     }
     f->user = f;
     f->backend = backend;

@@ -1,5 +1,6 @@
 /* Growth grants: prepare reserves, commit charges what was really used,
  * abort rolls back. Also the all-or-nothing prepare over several holders. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,7 +203,10 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
     }
     if (st != ORTMEM_OK && made) {
         /* Bookkeeping failed part way (at claim made - 1): abort what was
-         * made, drop the reservations of the rest, the failed one included. */
+         * made, drop the reservations of the rest, the failed one included.
+         * The aborts clear the thread's detail: keep the failure's. */
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
         for (size_t i = 0; i < count; i++) {
             if (i < made - 1) {
                 (void)ortmem_grant_abort(grants[c[i].index]);
@@ -213,6 +217,7 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
                 pthread_mutex_unlock(&a->lock);
             }
         }
+        st = OM_ERR(st, "grant prepare many: claim %zu of %zu: %s", made, count, detail);
     }
     for (size_t i = 0; i < pinned && i < count; i++)
         om_holder_unpin(holders[i]);

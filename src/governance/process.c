@@ -61,8 +61,13 @@ static ortmem_status om_build(ortmem_device_kind kind, int ordinal,
     ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
     ao.limit_bytes = opt->limit_bytes ? opt->limit_bytes : OM_CPU_DEFAULT_LIMIT;
     st = ortmem_authority_create(*backend, &ao, authority);
-    if (st != ORTMEM_OK)
+    if (st != ORTMEM_OK) {
+        /* The destroy clears the thread's detail: keep the authority's. */
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
         (void)ortmem_backend_destroy(*backend);
+        return OM_ERR(st, "%s", detail);
+    }
     return st;
 }
 

@@ -29,6 +29,7 @@ struct ortmem_ticket {
     ortmem_grant *grant; /* set when granted */
     unsigned waiters;    /* threads inside ortmem_ticket_wait */
     bool consumed;       /* handed back: freed by the last waiter */
+    bool no_bookkeeping; /* its turn came but the grant could not be allocated */
     ortmem_ticket *next;
 };
 
@@ -78,8 +79,9 @@ void om_tickets_serve_locked(ortmem_authority *a)
             return;
         ortmem_holder *h = t->holder;
         ortmem_grant *g = NULL;
-        if (om_grant_new(h, t->bytes, &g) != ORTMEM_OK)
-            return; /* no bookkeeping memory: the ticket keeps waiting */
+        t->no_bookkeeping = om_grant_new(h, t->bytes, &g) != ORTMEM_OK;
+        if (t->no_bookkeeping)
+            return; /* the ticket keeps waiting; its wait reports ORTMEM_E_NOMEM */
         h->reserved_owned += t->bytes;
         h->reserved_mapped += t->bytes;
         a->mapped_used += t->bytes;
@@ -192,7 +194,7 @@ ortmem_status ortmem_ticket_wait(ortmem_ticket *t, int64_t timeout_ms, ortmem_gr
     for (;;) {
         /* Aging may have moved this ticket up since capacity last changed. */
         om_tickets_serve_locked(a);
-        if (t->state != OM_TICKET_WAITING || timeout_ms == 0)
+        if (t->state != OM_TICKET_WAITING || timeout_ms == 0 || t->no_bookkeeping)
             break;
         int rc = timeout_ms < 0 ? pthread_cond_wait(&a->changed, &a->lock)
                                 : pthread_cond_timedwait(&a->changed, &a->lock, &deadline);
@@ -208,6 +210,12 @@ ortmem_status ortmem_ticket_wait(ortmem_ticket *t, int64_t timeout_ms, ortmem_gr
                     (unsigned long long)t->bytes);
     } else if (t->state == OM_TICKET_GRANTED) {
         st = OM_ERR(ORTMEM_E_HANDLE, "ticket wait: another waiter took the grant");
+    } else if (t->no_bookkeeping) {
+        /* Waiting on would never end: nobody signals capacity that is there. */
+        st = OM_ERR(ORTMEM_E_NOMEM,
+                    "ticket wait: %llu bytes for '%s' are available but the grant's "
+                    "bookkeeping could not be allocated; the ticket still waits",
+                    (unsigned long long)t->bytes, t->holder->name);
     } else {
         st = OM_ERR(ORTMEM_E_TIMEOUT,
                     "ticket wait: %llu bytes for '%s' not available within %lld ms (available "

@@ -168,10 +168,12 @@ ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s)
         if (info.state != ORTMEM_GRANULE_UNMAPPED)
             continue;
         st = ortmem_region_share(s->region, k * g, c->zero, 0, g, ORTMEM_ACCESS_READ);
+        s->tail_missing = st != ORTMEM_OK;
         if (st != ORTMEM_OK)
             return om_error_wrap(st, "kv zero tail");
         s->zero_mapped[k] = true;
     }
+    s->tail_missing = false;
     return ORTMEM_OK;
 }
 
@@ -473,7 +475,14 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
     pthread_mutex_lock(&c->lock);
     size_t n = 0;
     ortmem_kv_seq **seqs = om_malloc((c->seq_count ? c->seq_count : 1) * sizeof *seqs);
-    for (ortmem_kv_seq *q = c->seqs; seqs && q; q = q->next) {
+    if (!seqs) {
+        /* Without the list the sums would silently miss every sequence. */
+        size_t count = (size_t)c->seq_count;
+        pthread_mutex_unlock(&c->lock);
+        om_handle_unpin(&c->hdr);
+        return OM_ERR(ORTMEM_E_NOMEM, "kv cache stats: list of %zu sequences", count);
+    }
+    for (ortmem_kv_seq *q = c->seqs; q; q = q->next) {
         if (om_handle_pin(q, OM_KIND_KV_SEQ, "kv cache stats") == ORTMEM_OK)
             seqs[n++] = q;
     }

@@ -28,6 +28,7 @@ struct ortmem_kv_seq {
     om_prefix *prefix;    /* the prefix entry it maps (referenced), or NULL */
     ortmem_region *host;  /* the swapped-out copy, or NULL */
     bool *zero_mapped;    /* per granule: the zero granule is mapped there */
+    bool tail_missing;    /* the last zero-tail fill failed: the next append or truncate retries */
     size_t granules;      /* of region */
 };
 

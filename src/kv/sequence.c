@@ -273,6 +273,8 @@ static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint
         st = om_error_restore(&failure, st);
     }
     om_free(ranges);
+    if (st == ORTMEM_OK && s->tail_missing)
+        (void)om_kv_zero_fill(c, s); /* a tail an earlier failure left unmapped; retried later */
     if (st == ORTMEM_OK && quarantined.detail[0])
         st =
             ortmem_error_set(ORTMEM_E_QUARANTINED, "kv append took effect: %s", quarantined.detail);
@@ -415,7 +417,8 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
                                    (unsigned long long)length);
         }
         om_free(ranges);
-    }
+    } else if (st == ORTMEM_OK && length == s->length && s->tail_missing)
+        (void)om_kv_zero_fill(c, s); /* a tail an earlier failure left unmapped; retried later */
     if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED)
         s->length = length;
     om_seq_unpin(s);

@@ -3,7 +3,6 @@
  * ones the region quarantined (src/vmm/arena_internal.h). */
 #include "vmm/arena_internal.h"
 
-
 #include "core/error.h"
 #include "vmm/region.h"
 

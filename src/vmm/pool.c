@@ -1,3 +1,4 @@
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/alloc.h"
@@ -103,6 +104,10 @@ ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
         return OM_ERR(ORTMEM_E_RANGE, "pool reserve: %zu bytes requested above the cap of %zu",
                       bytes, cap);
     }
+    /* All or nothing: on a failure the granules this call added are released. */
+    pthread_mutex_lock(&b->lock);
+    size_t held_before = b->pool.bytes;
+    pthread_mutex_unlock(&b->lock);
     for (;;) {
         pthread_mutex_lock(&b->lock);
         bool want = b->pool.bytes + b->granule <= bytes;
@@ -122,12 +127,22 @@ ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
             break;
         }
         pthread_mutex_lock(&b->lock);
+        bool over_cap = b->pool.bytes + p->size > b->pool.cap_bytes;
         bool kept = om_pool_put_locked(b, p);
+        size_t items = b->pool.capacity_items;
         pthread_mutex_unlock(&b->lock);
         if (!kept) {
             (void)om_phys_release(b, p);
+            if (!over_cap) /* the list could not grow; a lowered cap only ends the loop */
+                st = OM_ERR(ORTMEM_E_NOMEM, "pool reserve: list of %zu pooled granules", items);
             break;
         }
+    }
+    if (st != ORTMEM_OK) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        (void)om_pool_shrink(b, held_before, NULL);
+        st = OM_ERR(st, "%s", detail);
     }
     om_backend_unpin(b);
     return st;
