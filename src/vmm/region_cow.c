@@ -183,7 +183,7 @@ static ortmem_status cow_swap(ortmem_region *r, cow_job *job)
         return OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping");
     }
     detach_shared(r, job, old);
-    st = om_region_map(r, job->g0, job->n, job->fresh, ORTMEM_ACCESS_READ_WRITE, false, &job->hold);
+    st = om_region_map(r, job->g0, job->n, job->fresh, ORTMEM_ACCESS_READ_WRITE, &job->hold);
     if (st == ORTMEM_OK)
         finish_swap(r, job, old);
     else

@@ -147,11 +147,15 @@ ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
  * everything acquired goes back and nothing stays held. */
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
                                 uint64_t mapped_bytes, om_hold *hold);
+/* Gives back granules om_region_acquire got that nothing maps (the non-NULL
+ * phys[k]) and clears phys[]. */
+void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys);
 /* Maps phys[k] (where non-NULL) at granule g0+k into unmapped slots and sets
- * access per run. fresh: the granules were acquired by this call. On failure
- * everything this call mapped is rolled back. */
+ * access per run. On failure everything this call mapped is rolled back; the
+ * granules stay the caller's (a run whose unmap failed is poisoned and its
+ * phys[] entries cleared). */
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
-                            ortmem_access access, bool fresh, om_hold *hold);
+                            ortmem_access access, om_hold *hold);
 /* Maps the recorded granules of sel[] back after a failed unmap elsewhere; a
  * granule that cannot be restored is poisoned. */
 void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);

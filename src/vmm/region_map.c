@@ -87,6 +87,15 @@ static void give_back(ortmem_region *r, om_phys *p)
     (void)om_phys_discard(r->backend, p);
 }
 
+void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (phys[k])
+            give_back(r, phys[k]);
+        phys[k] = NULL;
+    }
+}
+
 /* ---- acquire ---- */
 
 /* Takes a pooled granule for every want[k] the pool can serve (their charge
@@ -121,11 +130,7 @@ ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om
         assert(hold->owned == 0); /* every created granule is charged to the account */
         return ORTMEM_OK;
     }
-    for (size_t k = 0; k < n; k++) {
-        if (phys[k])
-            give_back(r, phys[k]);
-        phys[k] = NULL;
-    }
+    om_region_give_back(r, n, phys);
     om_region_release_hold(r, hold);
     return st;
 }
@@ -143,12 +148,10 @@ static void poison_run(ortmem_region *r, size_t g0, size_t i, size_t len, om_phy
     }
 }
 
-/* Undoes mappings made by the failing call: unmaps each run of mapped[] and
- * gives the granules back. fresh: the granules were acquired by this call (and
- * carry no mapper yet); otherwise they are borrowed from another region. A
- * failed unmap poisons the run instead. */
+/* Undoes mappings made by the failing call: unmaps each run of mapped[]. A
+ * failed unmap poisons the run instead (and clears its phys[] entries). */
 static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const bool *mapped,
-                                  om_phys **phys, bool fresh)
+                                  om_phys **phys)
 {
     size_t i = 0;
     for (size_t len; (len = om_next_run(mapped, &i, n)) != 0; i += len) {
@@ -157,10 +160,6 @@ static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const b
             om_region_mapped_out(r, bytes);
         else
             poison_run(r, g0, i, len, phys);
-    }
-    for (size_t k = 0; fresh && k < n; k++) {
-        if (phys[k])
-            give_back(r, phys[k]);
     }
 }
 
@@ -209,7 +208,7 @@ static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
 }
 
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
-                            ortmem_access access, bool fresh, om_hold *hold)
+                            ortmem_access access, om_hold *hold)
 {
     bool *mapped = om_calloc(n, sizeof *mapped);
     if (!mapped)
@@ -220,7 +219,7 @@ ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phy
     if (st == ORTMEM_OK)
         record_mapped(r, g0, n, phys, mapped, access);
     else
-        rollback_new_mappings(r, g0, n, mapped, phys, fresh);
+        rollback_new_mappings(r, g0, n, mapped, phys);
     om_free(mapped);
     return st;
 }

@@ -106,7 +106,7 @@ static ortmem_status share_locked(ortmem_region *dst, size_t dst_offset, ortmem_
     om_hold hold;
     ortmem_status st = om_region_hold(dst, 0, (uint64_t)len, &hold);
     if (st == ORTMEM_OK) {
-        st = om_region_map(dst, g0, n, phys, access, false, &hold);
+        st = om_region_map(dst, g0, n, phys, access, &hold);
         assert(st != ORTMEM_OK || hold.mapped == 0);
         om_region_release_hold(dst, &hold);
     }
