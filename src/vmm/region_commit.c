@@ -85,11 +85,13 @@ static ortmem_status commit_granules(ortmem_region *r, size_t g0, size_t n, cons
                                      om_phys **phys, size_t wanted)
 {
     om_hold hold = {0, 0};
-    ortmem_status st = om_region_acquire(r, n, want, phys, (uint64_t)wanted * r->granule, &hold);
+    size_t pooled_end = 0;
+    ortmem_status st =
+        om_region_acquire(r, n, want, phys, (uint64_t)wanted * r->granule, &hold, &pooled_end);
     if (st == ORTMEM_OK) {
         st = om_region_map(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, &hold);
         if (st != ORTMEM_OK)
-            om_region_give_back(r, n, phys);
+            om_region_give_back(r, n, phys, pooled_end);
     }
     assert(st != ORTMEM_OK || hold.mapped == 0);
     om_region_release_hold(r, &hold);

@@ -142,14 +142,16 @@ void om_region_forget_requested(ortmem_region *r, size_t i);
 void om_region_poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped);
 /* Drops the slot's mapper reference on p (a granule it mapped until now). */
 ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
-/* Gets a granule for every want[k]: pooled ones first, then capacity for the
- * rest plus mapped_bytes is reserved and they are created. On failure
- * everything acquired goes back and nothing stays held. */
+/* Gets a granule for every want[k]: pooled ones first (those before
+ * *pooled_end), then capacity for the rest plus mapped_bytes is reserved and
+ * they are created. On failure everything acquired goes back (the pool as it
+ * was) and nothing stays held. */
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
-                                uint64_t mapped_bytes, om_hold *hold);
-/* Gives back granules om_region_acquire got that nothing maps (the non-NULL
- * phys[k]) and clears phys[]. */
-void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys);
+                                uint64_t mapped_bytes, om_hold *hold, size_t *pooled_end);
+/* Gives back granules om_region_acquire got that nothing maps (the non-NULL,
+ * unpoisoned phys[k]) and clears phys[]: those before pooled_end go back to
+ * the pool, the ones it created are released, so the pool ends as it was. */
+void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end);
 /* Maps phys[k] (where non-NULL) at granule g0+k into unmapped slots and sets
  * access per run. On failure everything this call mapped is rolled back; the
  * granules stay the caller's (a run whose unmap failed is poisoned and its

@@ -79,45 +79,56 @@ ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p)
     return om_phys_drop(r->backend, p);
 }
 
-/* Gives back a granule this call acquired and that nothing maps: a granule is
- * released or pooled only once its last mapper is gone. */
-static void give_back(ortmem_region *r, om_phys *p)
+void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end)
 {
-    assert(atomic_load(&p->mappers) == 0);
-    (void)om_phys_discard(r->backend, p);
-}
-
-void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys)
-{
-    for (size_t k = 0; k < n; k++) {
-        if (phys[k])
-            give_back(r, phys[k]);
+    /* Backwards, so the pooled ones go back in the order they were taken. */
+    for (size_t k = n; k-- > 0;) {
+        om_phys *p = phys[k];
         phys[k] = NULL;
+        if (!p || p->poisoned) /* a poisoned granule belongs to the quarantine */
+            continue;
+        /* A granule is released or pooled only once its last mapper is gone. */
+        assert(atomic_load(&p->mappers) == 0);
+        if (k < pooled_end)
+            (void)om_phys_discard(r->backend, p);
+        else
+            (void)om_phys_release(r->backend, p);
     }
 }
 
 /* ---- acquire ---- */
 
-/* Takes a pooled granule for every want[k] the pool can serve (their charge
- * moves in and needs no capacity); returns how many wanted ones are missing. */
+/* Takes a pooled granule for want[k] in order until the pool runs dry (their
+ * charge moves in and needs no capacity), so the pooled ones are those before
+ * *pooled_end; returns how many wanted ones are missing. */
 static size_t take_pooled(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
-                          unsigned flags)
+                          unsigned flags, size_t *pooled_end)
 {
     size_t missing = 0;
+    *pooled_end = n;
     for (size_t k = 0; k < n; k++) {
         if (!want[k])
             continue;
+        if (missing) { /* counted as the miss the pool would have answered */
+            if (!(flags & OM_PHYS_EXPORTABLE))
+                om_ledger_count(&r->backend->ledger.pool_misses, 1, r->backend);
+            missing++;
+            continue;
+        }
         phys[k] = om_phys_take_pooled(r->backend, flags, &r->account);
-        missing += phys[k] == NULL;
+        if (!phys[k]) {
+            missing++;
+            *pooled_end = k;
+        }
     }
     return missing;
 }
 
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
-                                uint64_t mapped_bytes, om_hold *hold)
+                                uint64_t mapped_bytes, om_hold *hold, size_t *pooled_end)
 {
     unsigned flags = (r->flags & ORTMEM_REGION_EXPORTABLE) ? OM_PHYS_EXPORTABLE : 0;
-    size_t missing = take_pooled(r, n, want, phys, flags);
+    size_t missing = take_pooled(r, n, want, phys, flags, pooled_end);
     ortmem_status st = om_region_hold(r, (uint64_t)missing * r->granule, mapped_bytes, hold);
     for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
         if (!want[k] || phys[k])
@@ -130,7 +141,7 @@ ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om
         assert(hold->owned == 0); /* every created granule is charged to the account */
         return ORTMEM_OK;
     }
-    om_region_give_back(r, n, phys);
+    om_region_give_back(r, n, phys, *pooled_end);
     om_region_release_hold(r, hold);
     return st;
 }
