@@ -255,9 +255,6 @@ typedef struct known_bug {
 } known_bug;
 
 static const known_bug known_bugs[] = {
-    {"granules quarantined; the",
-     "src/vmm/region.c:468 ortmem_region_destroy: when its run bookkeeping cannot be allocated "
-     "it quarantines every mapped granule (and leaks the VA) instead of unmapping them"},
     /* Found by what the failed call changed (classify), not by its detail. */
     {NULL, "src/kv/sequence.c:273 om_append_stable: a failed append maps the zero tail back with "
            "ortmem_region_share, which needs memory itself; without it the tail stays unmapped "
@@ -313,10 +310,8 @@ static int classify(const sweep *w, const env *e, const char *detail)
     ledger after;
     snapshot(e, &after);
     for (int i = 0; !hit && i < SLOTS; i++) {
-        if (after.backend[i].quarantined_granules > w->before.backend[i].quarantined_granules)
-            hit = 1; /* no backend call fails here: the region destroy bug */
-        else if (after.cache[i].zero_tail_mapped_bytes < w->before.cache[i].zero_tail_mapped_bytes)
-            hit = 2;
+        if (after.cache[i].zero_tail_mapped_bytes < w->before.cache[i].zero_tail_mapped_bytes)
+            hit = 1;
     }
     return hit;
 }
@@ -334,8 +329,6 @@ static int step_after(sweep *w, env *e, const char *call, int line, ortmem_statu
         fprintf(stderr, "%s k=%llu p=%d probe=%d calls=%llu: %s -> %s: %s\n", w->workload,
                 (unsigned long long)w->fail_at, w->persistent, probe_mode,
                 (unsigned long long)w->calls, call, ortmem_status_str(st), detail);
-    if (st == ORTMEM_OK && probe_mode && classify(w, e, "") == 1)
-        probe_exit(1); /* a clean-up inside a successful call quarantined */
     if (st == ORTMEM_OK) {
         sweep_resume(w);
         return 0;

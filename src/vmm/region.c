@@ -200,8 +200,9 @@ ortmem_status ortmem_region_create(ortmem_backend *backend, const ortmem_region_
 
 /* ---- destroy ---- */
 
-/* Unmaps and drops one run of mapped granules; a failed unmap poisons it. */
-static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len, const bool *sel)
+/* Unmaps and drops the run [i, i + len) of mapped granules; a failed unmap
+ * poisons it. Needs no host memory, so a destroy cannot fail for lack of it. */
+static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len)
 {
     size_t bytes = len * r->granule;
     if (om_backend_unmap(r->backend, om_region_va(r, i), bytes) != ORTMEM_OK) {
@@ -210,34 +211,27 @@ static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len, const b
         return ORTMEM_E_QUARANTINED;
     }
     om_region_mapped_out(r, bytes);
-    if (om_region_drop_unmapped(r, i, len, sel + i) != ORTMEM_OK)
-        return ORTMEM_E_QUARANTINED;
-    return ORTMEM_OK;
-}
-
-/* Unmaps every mapped granule, run by run; a run that fails is quarantined
- * and the rest go on. Without host memory for the runs every mapped granule
- * is quarantined instead. */
-static ortmem_status unmap_all(ortmem_region *r)
-{
-    bool *sel = om_calloc(r->count ? r->count : 1, sizeof *sel);
-    if (!sel) {
-        ortmem_status st = OM_ERR(ORTMEM_E_NOMEM, "region destroy: run bookkeeping");
-        for (size_t i = 0; i < r->count; i++) {
-            if (r->slots[i].state == ORTMEM_GRANULE_MAPPED)
-                om_region_poison_slot(r, i, r->slots[i].phys, true);
-        }
-        return st;
-    }
-    for (size_t i = 0; i < r->count; i++)
-        sel[i] = r->slots[i].state == ORTMEM_GRANULE_MAPPED;
     ortmem_status result = ORTMEM_OK;
-    size_t i = 0;
-    for (size_t len; (len = om_next_run(sel, &i, r->count)) != 0; i += len) {
-        if (destroy_run(r, i, len, sel) != ORTMEM_OK)
+    for (size_t k = i; k < i + len; k++) {
+        if (om_region_drop_slot(r, k) != ORTMEM_OK)
             result = ORTMEM_E_QUARANTINED;
     }
-    om_free(sel);
+    return result;
+}
+
+/* Unmaps every maximal run of mapped granules; a run that fails is
+ * quarantined and the rest go on. */
+static ortmem_status unmap_all(ortmem_region *r)
+{
+    ortmem_status result = ORTMEM_OK;
+    for (size_t i = 0; i < r->count;) {
+        size_t len = 0;
+        while (i + len < r->count && r->slots[i + len].state == ORTMEM_GRANULE_MAPPED)
+            len++;
+        if (len && destroy_run(r, i, len) != ORTMEM_OK)
+            result = ORTMEM_E_QUARANTINED;
+        i += len ? len : 1;
+    }
     return result;
 }
 

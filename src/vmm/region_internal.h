@@ -164,6 +164,8 @@ void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *s
 /* Unmaps every run of sel[] (one call per run). On a failure the runs already
  * unmapped are mapped back and the error returned: nothing changed. */
 ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);
+/* After its unmap succeeded: clears slot i and drops its granule. */
+ortmem_status om_region_drop_slot(ortmem_region *r, size_t i);
 /* After the unmap succeeded: clears the slots and drops their granules. */
 ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel);
 

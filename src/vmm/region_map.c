@@ -287,17 +287,22 @@ ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const 
     return ORTMEM_OK;
 }
 
+ortmem_status om_region_drop_slot(ortmem_region *r, size_t i)
+{
+    om_slot *s = &r->slots[i];
+    om_phys *p = s->phys;
+    om_region_forget_requested(r, i);
+    *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, s->epoch + 1};
+    return om_region_drop_phys(r, p);
+}
+
 ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel)
 {
     ortmem_status result = ORTMEM_OK;
     for (size_t k = 0; k < n; k++) {
         if (!sel[k])
             continue;
-        om_slot *s = &r->slots[g0 + k];
-        om_phys *p = s->phys;
-        om_region_forget_requested(r, g0 + k);
-        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, s->epoch + 1};
-        ortmem_status st = om_region_drop_phys(r, p);
+        ortmem_status st = om_region_drop_slot(r, g0 + k);
         if (st != ORTMEM_OK)
             result = st;
     }
