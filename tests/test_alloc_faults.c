@@ -616,27 +616,7 @@ static ortmem_status cpu_create(size_t granule, ortmem_backend **out)
     return ortmem_cpu_backend_create(&o, out);
 }
 
-/* Releases one granule on a fresh CPU backend, disarmed, so that its hole list
- * exists before the workload runs: growing it at a release is the bug the
- * skipped test cpu_release_needs_no_allocation names, and every rollback that
- * releases a granule would otherwise hit it. */
-static void warm_holes(sweep *w, ortmem_backend *b)
-{
-    sweep_pause(w);
-    ortmem_region_options o = ORTMEM_REGION_OPTIONS_INIT;
-    o.size = G;
-    ortmem_region *r = NULL;
-    OK(ortmem_region_create(b, &o, &r));
-    OK(ortmem_region_commit(r, 0, G));
-    OK(ortmem_region_destroy(r));
-    sweep_resume(w);
-}
-
-#define STEP_CPU(slot)                                                                             \
-    do {                                                                                           \
-        STEP(cpu_create(G, &e->backend[slot]));                                                    \
-        warm_holes(w, e->backend[slot]);                                                           \
-    } while (0)
+#define STEP_CPU(slot) STEP(cpu_create(G, &e->backend[slot]))
 
 static ortmem_status region_create(ortmem_backend *b, size_t size, unsigned flags,
                                    const ortmem_account *account, ortmem_region **out)
@@ -1245,10 +1225,9 @@ Test(alloc_faults, known_bug_runs)
     sweep_workload("kv_zero_tail", wl_kv_zero_tail, 1);
 }
 
-/* A fresh CPU backend grows its hole list when it releases a granule
- * (src/vmm/backends/cpu.c:252); without memory the release fails and a
- * rollback or destroy quarantines the granule. The other workloads release
- * one granule before they start (warm_holes) to stay clear of it. */
+/* A fresh CPU backend's first releases: a release must not need memory
+ * (src/vmm/backends/cpu.c sets the hole slot aside when it carves the extent),
+ * or a rollback or destroy would quarantine the granule. */
 static void wl_cold_release(sweep *w, env *e)
 {
     STEP(cpu_create(G, &e->backend[0]));
@@ -1260,9 +1239,6 @@ static void wl_cold_release(sweep *w, env *e)
 
 Test(alloc_faults, cpu_release_needs_no_allocation)
 {
-    cr_skip("rollback bug: src/vmm/backends/cpu.c:252 cpu_release grows the hole list, so a "
-            "release (and every rollback that releases a granule) can fail for memory and "
-            "quarantine the granule");
     include_known = 1;
     sweep_workload("cold_release", wl_cold_release, 1);
 }
