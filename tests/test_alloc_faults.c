@@ -255,11 +255,6 @@ typedef struct known_bug {
 } known_bug;
 
 static const known_bug known_bugs[] = {
-    /* Found by what the failed call changed (classify), not by its detail. */
-    {NULL, "src/kv/sequence.c:273 om_append_stable: a failed append maps the zero tail back with "
-           "ortmem_region_share, which needs memory itself; without it the tail stays unmapped "
-           "until the next append or truncate (needs a way to restore a mapping without "
-           "allocating)"},
     {"stays swapped out: kv zero tail",
      "src/kv/swap.c:119 ortmem_kv_seq_swap_in: when the zero tail cannot be mapped, the rollback "
      "decommit needs memory too; without it the committed granules stay while the sequence "
@@ -303,19 +298,6 @@ static void step_before(sweep *w, env *e)
     sweep_resume(w);
 }
 
-/* Which known bug a failed call hit, from its detail and what it changed. */
-static int classify(const sweep *w, const env *e, const char *detail)
-{
-    int hit = known_bug_of(detail);
-    ledger after;
-    snapshot(e, &after);
-    for (int i = 0; !hit && i < SLOTS; i++) {
-        if (after.cache[i].zero_tail_mapped_bytes < w->before.cache[i].zero_tail_mapped_bytes)
-            hit = 1;
-    }
-    return hit;
-}
-
 /* Judges a call's status; true: retry it (a single failure was injected into
  * it, so the same call must now succeed). */
 static int step_after(sweep *w, env *e, const char *call, int line, ortmem_status st,
@@ -334,7 +316,7 @@ static int step_after(sweep *w, env *e, const char *call, int line, ortmem_statu
         return 0;
     }
     if (probe_mode) {
-        unsigned char hit = (unsigned char)classify(w, e, detail);
+        unsigned char hit = (unsigned char)known_bug_of(detail);
         if (hit) /* the state is damaged from here on: report and leave */
             probe_exit(hit);
         sweep_resume(w);
@@ -1209,15 +1191,10 @@ SWEEP_TEST(kv_prefix, 1)
 SWEEP_TEST(capture, 1)
 SWEEP_TEST(streams, 1)
 
-/* The runs the sweeps above leave out: they hit the rollback bugs listed in
- * known_bugs (src/vmm/region.c:468, :253, :211, src/kv/sequence.c:273,
- * src/kv/swap.c:119). Unskip once they are fixed. */
+/* The runs the sweeps above would leave out for a known bug, swept anyway:
+ * the workloads the region and KV rollback bugs were found in. */
 Test(alloc_faults, known_bug_runs)
 {
-    cr_skip("rollback bugs: src/vmm/region.c:468 (destroy quarantines on NOMEM), "
-            "src/vmm/region.c:253 (map_granules leaks its granules), src/vmm/region.c:211 "
-            "(acquire_granules rollback grows the pool), src/kv/sequence.c:273 and "
-            "src/kv/swap.c:119 (rollbacks that need memory themselves)");
     include_known = 1;
     sweep_workload("region", wl_region, 1);
     sweep_workload("pool", wl_pool, 1);

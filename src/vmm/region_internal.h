@@ -153,9 +153,9 @@ ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om
  * the pool, the ones it created are released, so the pool ends as it was. */
 void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end);
 /* Maps phys[k] (where non-NULL) at granule g0+k into unmapped slots and sets
- * access per run. On failure everything this call mapped is rolled back; the
- * granules stay the caller's (a run whose unmap failed is poisoned and its
- * phys[] entries cleared). */
+ * access per run; needs no host memory. On failure everything this call
+ * mapped is rolled back; the granules stay the caller's (a run whose unmap
+ * failed is poisoned and its phys[] entries cleared). */
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
                             ortmem_access access, om_hold *hold);
 /* Maps the recorded granules of sel[] back after a failed unmap elsewhere; a

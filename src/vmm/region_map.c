@@ -159,13 +159,26 @@ static void poison_run(ortmem_region *r, size_t g0, size_t i, size_t len, om_phy
     }
 }
 
-/* Undoes mappings made by the failing call: unmaps each run of mapped[]. A
- * failed unmap poisons the run instead (and clears its phys[] entries). */
-static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const bool *mapped,
-                                  om_phys **phys)
+/* Next run of non-NULL phys[] at or after *i, below upto; 0 when none. The
+ * granules a map call maps are the non-NULL ones, so their runs need no
+ * bookkeeping of their own. */
+static size_t next_phys_run(om_phys *const *phys, size_t *i, size_t upto)
+{
+    while (*i < upto && !phys[*i])
+        (*i)++;
+    size_t len = 0;
+    while (*i + len < upto && phys[*i + len])
+        len++;
+    return len;
+}
+
+/* Undoes mappings made by the failing call: unmaps each run of phys[] below
+ * upto (the ones it mapped). A failed unmap poisons the run instead (and
+ * clears its phys[] entries). */
+static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t upto, om_phys **phys)
 {
     size_t i = 0;
-    for (size_t len; (len = om_next_run(mapped, &i, n)) != 0; i += len) {
+    for (size_t len; (len = next_phys_run(phys, &i, upto)) != 0; i += len) {
         size_t bytes = len * r->granule;
         if (om_backend_unmap(r->backend, om_region_va(r, g0 + i), bytes) == ORTMEM_OK)
             om_region_mapped_out(r, bytes);
@@ -174,36 +187,37 @@ static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const b
     }
 }
 
-/* Maps each phys[k] into its granule; stops at the first failure. */
-static ortmem_status map_each(ortmem_region *r, size_t g0, size_t n, om_phys **phys, bool *mapped,
+/* Maps each phys[k] into its granule; stops at the first failure, with
+ * *upto the index it reached (the ones before it are mapped). */
+static ortmem_status map_each(ortmem_region *r, size_t g0, size_t n, om_phys **phys, size_t *upto,
                               om_hold *hold)
 {
-    for (size_t k = 0; k < n; k++) {
+    for (*upto = 0; *upto < n; (*upto)++) {
+        size_t k = *upto;
         if (!phys[k])
             continue;
         ortmem_status st =
             om_backend_map(r->backend, om_region_va(r, g0 + k), r->granule, phys[k]->handle, 0);
         if (st != ORTMEM_OK)
             return st;
-        mapped[k] = true;
         mapped_in(r, r->granule, hold);
     }
     return ORTMEM_OK;
 }
 
-/* One set-access per run of mapped[]: every granule mapped gets its access. */
-static ortmem_status set_access_runs(ortmem_region *r, size_t g0, size_t n, const bool *mapped,
+/* One set-access per run of phys[]: every granule mapped gets its access. */
+static ortmem_status set_access_runs(ortmem_region *r, size_t g0, size_t n, om_phys *const *phys,
                                      ortmem_access access)
 {
     ortmem_status st = ORTMEM_OK;
     size_t i = 0;
-    for (size_t len; st == ORTMEM_OK && (len = om_next_run(mapped, &i, n)) != 0; i += len)
+    for (size_t len; st == ORTMEM_OK && (len = next_phys_run(phys, &i, n)) != 0; i += len)
         st = om_backend_set_access(r->backend, om_region_va(r, g0 + i), len * r->granule, access);
     return st;
 }
 
 /* Records the new mappings in the slots, each taking a mapper reference. */
-static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys, const bool *mapped,
+static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
                           ortmem_access access)
 {
     for (size_t k = 0; k < n; k++) {
@@ -211,8 +225,7 @@ static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
             continue;
         om_slot *s = &r->slots[g0 + k];
         /* Mapped and given its access by this call, into a slot that held nothing. */
-        assert(mapped[k] && s->state == ORTMEM_GRANULE_UNMAPPED && !s->phys);
-        (void)mapped; /* read by the assertion only */
+        assert(s->state == ORTMEM_GRANULE_UNMAPPED && !s->phys);
         atomic_fetch_add(&phys[k]->mappers, 1);
         *s = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access, 0, 0, s->epoch + 1};
     }
@@ -221,17 +234,14 @@ static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
                             ortmem_access access, om_hold *hold)
 {
-    bool *mapped = om_calloc(n, sizeof *mapped);
-    if (!mapped)
-        return OM_ERR(ORTMEM_E_NOMEM, "run bookkeeping for %zu granules", n);
-    ortmem_status st = map_each(r, g0, n, phys, mapped, hold);
+    size_t upto = 0;
+    ortmem_status st = map_each(r, g0, n, phys, &upto, hold);
     if (st == ORTMEM_OK)
-        st = set_access_runs(r, g0, n, mapped, access);
+        st = set_access_runs(r, g0, n, phys, access);
     if (st == ORTMEM_OK)
-        record_mapped(r, g0, n, phys, mapped, access);
+        record_mapped(r, g0, n, phys, access);
     else
-        rollback_new_mappings(r, g0, n, mapped, phys);
-    om_free(mapped);
+        rollback_new_mappings(r, g0, upto, phys);
     return st;
 }
 
