@@ -1222,3 +1222,35 @@ Test(alloc_faults, cpu_release_needs_no_allocation)
     include_known = 1;
     sweep_workload("cold_release", wl_cold_release, 1);
 }
+
+/* A decommit undoes many a failed call (a swap-in's rollback decommits what it
+ * committed) and a destroy must finish: neither may need host memory. */
+Test(alloc_faults, decommit_and_destroy_need_no_allocation)
+{
+    ortmem_backend *b = NULL;
+    OK(cpu_create(G, &b));
+    ortmem_region *r = NULL;
+    OK(region_create(b, 8 * G, 0, NULL, &r));
+    OK(ortmem_region_commit(r, 0, 8 * G));
+    ortmem_range ranges[] = {{0, G}, {3 * G, 2 * G}};
+    ortmem_alloc_fault(1, 1);
+    ortmem_status decommitted = ortmem_region_decommit_ranges(r, ranges, 2);
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    ortmem_status destroyed = ortmem_region_destroy(r);
+    uint64_t calls = 0, failed = 0;
+    ortmem_alloc_counts(&calls, &failed);
+    ortmem_alloc_fault(0, 0);
+    cr_assert_eq(decommitted, ORTMEM_OK, "decommit without memory: %s (%s)",
+                 ortmem_status_str(decommitted), detail);
+    cr_assert_eq(destroyed, ORTMEM_OK, "destroy without memory: %s (%s)",
+                 ortmem_status_str(destroyed), ortmem_last_error());
+    cr_assert_eq(failed, 0, "%llu of %llu allocations were needed and failed",
+                 (unsigned long long)failed, (unsigned long long)calls);
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.mapped_bytes, 0);
+    cr_assert_eq(s.reserved_bytes, 0);
+    cr_assert_eq(s.quarantined_granules, 0);
+    cr_assert_eq(s.owned_bytes, s.pool_bytes);
+    OK(ortmem_backend_destroy(b));
+}

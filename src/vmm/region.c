@@ -108,16 +108,19 @@ static ortmem_status size_for_granule(const ortmem_region_options *opt, size_t g
     return ORTMEM_OK;
 }
 
-/* The region and its slot table, both zeroed, or neither. */
+/* The region, its slot table and selection flags, all zeroed, or none. */
 static ortmem_status alloc_region(size_t count, ortmem_region **out)
 {
     ortmem_region *r = om_calloc(1, sizeof *r);
     om_slot *slots = r ? om_calloc(count, sizeof *slots) : NULL;
-    if (!r || !slots) {
+    bool *selection = slots ? om_calloc(count ? count : 1, sizeof *selection) : NULL;
+    if (!selection) {
+        om_free(slots);
         om_free(r);
         return OM_ERR(ORTMEM_E_NOMEM, "region create: bookkeeping for %zu granules", count);
     }
     r->slots = slots;
+    r->selection = selection;
     *out = r;
     return ORTMEM_OK;
 }
@@ -182,6 +185,7 @@ unreserve:
     (void)om_backend_unreserve(b, r->base, size);
     pthread_mutex_destroy(&r->lock);
 free_region:
+    om_free(r->selection);
     om_free(r->slots);
     om_free(r);
 unpin:
@@ -279,6 +283,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
         om_trace_line("destroy r%llu", (unsigned long long)r->id);
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_destroy(&r->lock);
+    om_free(r->selection);
     om_free(r->slots);
     om_backend_unuse(b);
     om_account_drop(&r->account);

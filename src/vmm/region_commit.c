@@ -4,6 +4,8 @@
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
 
+#include <string.h>
+
 #include "core/error.h"
 #include "core/trace.h"
 
@@ -212,14 +214,10 @@ static ortmem_status decommit_selected(ortmem_region *r, const ortmem_range *ran
 static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *ranges, size_t count)
 {
     size_t g0 = 0, n = 0;
-    bool *sel = NULL;
     ortmem_status st = ranges_span(r, ranges, count, "region decommit", &g0, &n);
     if (st == ORTMEM_OK) {
-        sel = om_calloc(n, sizeof *sel);
-        if (!sel)
-            st = OM_ERR(ORTMEM_E_NOMEM, "region decommit: bookkeeping for %zu granules", n);
-    }
-    if (sel) {
+        bool *sel = r->selection + g0;
+        memset(sel, 0, n * sizeof *sel);
         select_whole_mapped(r, ranges, count, g0, sel);
         st = decommit_selected(r, ranges, count, g0, n, sel);
     }
@@ -227,7 +225,6 @@ static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *range
          i++)
         om_trace_line("decommit r%llu %zu %zu", (unsigned long long)r->id, ranges[i].offset,
                       ranges[i].length);
-    om_free(sel);
     return st;
 }
 

@@ -54,6 +54,10 @@ struct ortmem_region {
     om_account account;
     om_relief *relief; /* where a refused reservation is noted, while locked */
     om_slot *slots;
+    /* One flag per granule for a decommit's selection, under the lock: set
+     * aside at create so that a decommit (the undo of many a failed call)
+     * needs no host memory. */
+    bool *selection;
 };
 
 static inline uintptr_t om_region_va(const ortmem_region *r, size_t index)

@@ -5,8 +5,6 @@
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
 
-#include <string.h>
-
 #include "core/error.h"
 
 /* ---- account and ledger ---- */
@@ -265,23 +263,6 @@ void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *s
     }
 }
 
-/* After an unmap failed at index upto of sel[]: maps the runs before it back,
- * or poisons them when there is no host memory to do so. */
-static void undo_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel, size_t upto)
-{
-    bool *done = om_calloc(n, sizeof *done);
-    if (!done) {
-        for (size_t k = 0; k < upto; k++) {
-            if (sel[k])
-                om_region_poison_slot(r, g0 + k, r->slots[g0 + k].phys, false);
-        }
-        return;
-    }
-    memcpy(done, sel, upto * sizeof *done);
-    om_region_restore_runs(r, g0, n, done);
-    om_free(done);
-}
-
 ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel)
 {
     size_t i = 0;
@@ -289,7 +270,7 @@ ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const 
         size_t bytes = len * r->granule;
         ortmem_status st = om_backend_unmap(r->backend, om_region_va(r, g0 + i), bytes);
         if (st != ORTMEM_OK) {
-            undo_unmapped(r, g0, n, sel, i);
+            om_region_restore_runs(r, g0, i, sel); /* the runs before i */
             return st;
         }
         om_region_mapped_out(r, bytes);
