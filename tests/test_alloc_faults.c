@@ -244,11 +244,12 @@ static void check_patterns(const sweep *w, const env *e, const char *call, int l
     }
 }
 
-/* ---- rollback bugs in files being restructured elsewhere ----
+/* ---- known rollback bugs ----
  * A failed call whose detail carries one of these signatures hit a known bug.
  * The sweep finds such runs first in a forked probe (which may leak: it exits
- * without tear-down) and leaves them out; the skipped tests at the end of this
- * file run them. Remove an entry once its bug is fixed. */
+ * without tear-down) and leaves them out; known_bug_runs at the end of this
+ * file sweeps them anyway (skip it while a bug is listed). Remove an entry
+ * once its bug is fixed. */
 typedef struct known_bug {
     const char *signature; /* a substring of the failed call's detail */
     const char *where;
