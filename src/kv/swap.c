@@ -87,15 +87,17 @@ ortmem_status ortmem_kv_seq_swap_out(ortmem_kv_seq *s)
         c->swaps_out++;
         pthread_mutex_unlock(&c->lock);
     } else if (host) {
-        om_error_saved failure;
+        om_error_saved failure, destroy;
         om_error_save(&failure);
-        if (ortmem_region_destroy(host) != ORTMEM_OK)
+        if (ortmem_region_destroy(host) != ORTMEM_OK) {
+            om_error_save(&destroy); /* the detail is formatted over itself otherwise */
             st = ortmem_error_set(st,
                                   "kv swap out: the sequence is unchanged, but destroying the "
                                   "host-tier region quarantined (%s): %s",
-                                  ortmem_last_error(), failure.detail);
-        else
+                                  destroy.detail, failure.detail);
+        } else {
             st = ortmem_error_set(st, "kv swap out: nothing changed: %s", failure.detail);
+        }
     }
     om_seq_unpin(s);
     return st;
