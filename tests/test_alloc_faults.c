@@ -244,34 +244,19 @@ static void check_patterns(const sweep *w, const env *e, const char *call, int l
     }
 }
 
-/* ---- rollback bugs in files being restructured elsewhere ----
+/* ---- known rollback bugs ----
  * A failed call whose detail carries one of these signatures hit a known bug.
  * The sweep finds such runs first in a forked probe (which may leak: it exits
- * without tear-down) and leaves them out; the skipped tests at the end of this
- * file run them. Remove an entry once its bug is fixed. */
+ * without tear-down) and leaves them out; known_bug_runs at the end of this
+ * file sweeps them anyway (skip it while a bug is listed). Remove an entry
+ * once its bug is fixed. */
 typedef struct known_bug {
     const char *signature; /* a substring of the failed call's detail */
     const char *where;
 } known_bug;
 
 static const known_bug known_bugs[] = {
-    {"granules quarantined; the",
-     "src/vmm/region.c:468 ortmem_region_destroy: when its run bookkeeping cannot be allocated "
-     "it quarantines every mapped granule (and leaks the VA) instead of unmapping them"},
-    {"run bookkeeping for",
-     "src/vmm/region.c:253 map_granules: when its run bookkeeping cannot be allocated it returns "
-     "without giving back the fresh granules it was handed (owned bytes leak)"},
-    /* Found by what the failed call changed (classify), not by its detail. */
-    {NULL, "src/vmm/region.c:211 acquire_granules: its rollback discards the granules it created "
-           "into the pool, so a failed commit leaves the pool (owned bytes) grown"},
-    {NULL, "src/kv/sequence.c:273 om_append_stable: a failed append maps the zero tail back with "
-           "ortmem_region_share, which needs memory itself; without it the tail stays unmapped "
-           "until the next append or truncate (needs a way to restore a mapping without "
-           "allocating)"},
-    {"stays swapped out: kv zero tail",
-     "src/kv/swap.c:119 ortmem_kv_seq_swap_in: when the zero tail cannot be mapped, the rollback "
-     "decommit needs memory too; without it the committed granules stay while the sequence "
-     "stays swapped out"},
+    {NULL, "none known now; list a bug above this entry"},
 };
 #define KNOWN_BUGS (sizeof known_bugs / sizeof known_bugs[0])
 
@@ -311,23 +296,6 @@ static void step_before(sweep *w, env *e)
     sweep_resume(w);
 }
 
-/* Which known bug a failed call hit, from its detail and what it changed. */
-static int classify(const sweep *w, const env *e, const char *detail)
-{
-    int hit = known_bug_of(detail);
-    ledger after;
-    snapshot(e, &after);
-    for (int i = 0; !hit && i < SLOTS; i++) {
-        if (after.backend[i].quarantined_granules > w->before.backend[i].quarantined_granules)
-            hit = 1; /* no backend call fails here: the region destroy bug */
-        else if (after.backend[i].pool_bytes > w->before.backend[i].pool_bytes)
-            hit = 3;
-        else if (after.cache[i].zero_tail_mapped_bytes < w->before.cache[i].zero_tail_mapped_bytes)
-            hit = 4;
-    }
-    return hit;
-}
-
 /* Judges a call's status; true: retry it (a single failure was injected into
  * it, so the same call must now succeed). */
 static int step_after(sweep *w, env *e, const char *call, int line, ortmem_status st,
@@ -341,14 +309,12 @@ static int step_after(sweep *w, env *e, const char *call, int line, ortmem_statu
         fprintf(stderr, "%s k=%llu p=%d probe=%d calls=%llu: %s -> %s: %s\n", w->workload,
                 (unsigned long long)w->fail_at, w->persistent, probe_mode,
                 (unsigned long long)w->calls, call, ortmem_status_str(st), detail);
-    if (st == ORTMEM_OK && probe_mode && classify(w, e, "") == 1)
-        probe_exit(1); /* a clean-up inside a successful call quarantined */
     if (st == ORTMEM_OK) {
         sweep_resume(w);
         return 0;
     }
     if (probe_mode) {
-        unsigned char hit = (unsigned char)classify(w, e, detail);
+        unsigned char hit = (unsigned char)known_bug_of(detail);
         if (hit) /* the state is damaged from here on: report and leave */
             probe_exit(hit);
         sweep_resume(w);
@@ -518,7 +484,6 @@ typedef struct sweep_totals {
 } sweep_totals;
 
 static ledger final_of_count_run;
-static int end_may_differ; /* see wl_deferred */
 
 static void run_once(sweep *w, workload_fn fn, ledger *final)
 {
@@ -594,7 +559,7 @@ static sweep_totals sweep_workload(const char *name, workload_fn fn, uint64_t st
             t.runs++;
             t.injected += w->injected;
             t.failed_calls += w->failed_calls;
-            if (!persistent && w->injected && !end_may_differ) {
+            if (!persistent && w->injected) {
                 /* Retried after the failure, the workload ends where the
                  * unarmed run ended. */
                 const ledger *a = &final_of_count_run, *b = &final;
@@ -630,27 +595,7 @@ static ortmem_status cpu_create(size_t granule, ortmem_backend **out)
     return ortmem_cpu_backend_create(&o, out);
 }
 
-/* Releases one granule on a fresh CPU backend, disarmed, so that its hole list
- * exists before the workload runs: growing it at a release is the bug the
- * skipped test cpu_release_needs_no_allocation names, and every rollback that
- * releases a granule would otherwise hit it. */
-static void warm_holes(sweep *w, ortmem_backend *b)
-{
-    sweep_pause(w);
-    ortmem_region_options o = ORTMEM_REGION_OPTIONS_INIT;
-    o.size = G;
-    ortmem_region *r = NULL;
-    OK(ortmem_region_create(b, &o, &r));
-    OK(ortmem_region_commit(r, 0, G));
-    OK(ortmem_region_destroy(r));
-    sweep_resume(w);
-}
-
-#define STEP_CPU(slot)                                                                             \
-    do {                                                                                           \
-        STEP(cpu_create(G, &e->backend[slot]));                                                    \
-        warm_holes(w, e->backend[slot]);                                                           \
-    } while (0)
+#define STEP_CPU(slot) STEP(cpu_create(G, &e->backend[slot]))
 
 static ortmem_status region_create(ortmem_backend *b, size_t size, unsigned flags,
                                    const ortmem_account *account, ortmem_region **out)
@@ -939,14 +884,10 @@ static int query_done(void *user)
     return *(int *)user;
 }
 
-/* A release that fails in a poll (its decommit found no memory) is dropped
- * from the pending list with the memory still mapped and charged
- * (src/governance/deferred.c:153, left as it is: whether it should stay
- * pending is a design question), so a retried run may end with more bytes
- * than the unarmed one: its end state is not compared. */
+/* A release that fails in a poll stays pending and the next poll or the
+ * drain carries it out, so a retried run ends where the unarmed one did. */
 static void wl_deferred(sweep *w, env *e)
 {
-    end_may_differ = 1;
     STEP_CPU(0);
     STEP(authority_create(e->backend[0], 32 * G, &e->authority[0]));
     STEP(holder_register(e->authority[0], "engine", 0, NULL, &e->holder[0]));
@@ -1089,19 +1030,25 @@ static void wl_kv_stable(sweep *w, env *e)
     DONE();
 }
 
-/* The zero tail on its own: most of its failures hit the known bugs. */
+/* The zero tail on its own, swapped out and in: the undo of a failed append or
+ * swap-in maps the tail back or decommits, which must not need memory. */
 static void wl_kv_zero_tail(sweep *w, env *e)
 {
     STEP_CPU(0);
+    STEP_CPU(1); /* the host tier */
     STEP(authority_create(e->backend[0], 256 * G, &e->authority[0]));
     ortmem_kv_cache_options o = kv_options(ORTMEM_KV_STABLE);
     o.zero_tail = 1;
     o.max_context = 256;
+    o.host_backend = e->backend[1];
     STEP(ortmem_kv_cache_create(e->authority[0], &o, &e->cache[0]));
     STEP(ortmem_kv_seq_create(e->cache[0], &e->seq[0]));
     STEP(ortmem_kv_seq_append(e->seq[0], 100));
     kv_put(w, e, 0, e->seq[0], 0, 100, 90);
     STEP(ortmem_kv_seq_truncate(e->seq[0], 30));
+    kv_check(w, e->seq[0], 0, 30, 90);
+    STEP(ortmem_kv_seq_swap_out(e->seq[0]));
+    STEP(ortmem_kv_seq_swap_in(e->seq[0]));
     kv_check(w, e->seq[0], 0, 30, 90);
     STEP(ortmem_kv_seq_append(e->seq[0], 10));
     DONE();
@@ -1243,15 +1190,10 @@ SWEEP_TEST(kv_prefix, 1)
 SWEEP_TEST(capture, 1)
 SWEEP_TEST(streams, 1)
 
-/* The runs the sweeps above leave out: they hit the rollback bugs listed in
- * known_bugs (src/vmm/region.c:468, :253, :211, src/kv/sequence.c:273,
- * src/kv/swap.c:119). Unskip once they are fixed. */
+/* The runs the sweeps above would leave out for a known bug, swept anyway:
+ * the workloads the region and KV rollback bugs were found in. */
 Test(alloc_faults, known_bug_runs)
 {
-    cr_skip("rollback bugs: src/vmm/region.c:468 (destroy quarantines on NOMEM), "
-            "src/vmm/region.c:253 (map_granules leaks its granules), src/vmm/region.c:211 "
-            "(acquire_granules rollback grows the pool), src/kv/sequence.c:273 and "
-            "src/kv/swap.c:119 (rollbacks that need memory themselves)");
     include_known = 1;
     sweep_workload("region", wl_region, 1);
     sweep_workload("pool", wl_pool, 1);
@@ -1259,10 +1201,9 @@ Test(alloc_faults, known_bug_runs)
     sweep_workload("kv_zero_tail", wl_kv_zero_tail, 1);
 }
 
-/* A fresh CPU backend grows its hole list when it releases a granule
- * (src/vmm/backends/cpu.c:252); without memory the release fails and a
- * rollback or destroy quarantines the granule. The other workloads release
- * one granule before they start (warm_holes) to stay clear of it. */
+/* A fresh CPU backend's first releases: a release must not need memory
+ * (src/vmm/backends/cpu.c sets the hole slot aside when it carves the extent),
+ * or a rollback or destroy would quarantine the granule. */
 static void wl_cold_release(sweep *w, env *e)
 {
     STEP(cpu_create(G, &e->backend[0]));
@@ -1274,9 +1215,38 @@ static void wl_cold_release(sweep *w, env *e)
 
 Test(alloc_faults, cpu_release_needs_no_allocation)
 {
-    cr_skip("rollback bug: src/vmm/backends/cpu.c:252 cpu_release grows the hole list, so a "
-            "release (and every rollback that releases a granule) can fail for memory and "
-            "quarantine the granule");
     include_known = 1;
     sweep_workload("cold_release", wl_cold_release, 1);
+}
+
+/* A decommit undoes many a failed call (a swap-in's rollback decommits what it
+ * committed) and a destroy must finish: neither may need host memory. */
+Test(alloc_faults, decommit_and_destroy_need_no_allocation)
+{
+    ortmem_backend *b = NULL;
+    OK(cpu_create(G, &b));
+    ortmem_region *r = NULL;
+    OK(region_create(b, 8 * G, 0, NULL, &r));
+    OK(ortmem_region_commit(r, 0, 8 * G));
+    ortmem_range ranges[] = {{0, G}, {3 * G, 2 * G}};
+    ortmem_alloc_fault(1, 1);
+    ortmem_status decommitted = ortmem_region_decommit_ranges(r, ranges, 2);
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+    ortmem_status destroyed = ortmem_region_destroy(r);
+    uint64_t calls = 0, failed = 0;
+    ortmem_alloc_counts(&calls, &failed);
+    ortmem_alloc_fault(0, 0);
+    cr_assert_eq(decommitted, ORTMEM_OK, "decommit without memory: %s (%s)",
+                 ortmem_status_str(decommitted), detail);
+    cr_assert_eq(destroyed, ORTMEM_OK, "destroy without memory: %s (%s)",
+                 ortmem_status_str(destroyed), ortmem_last_error());
+    cr_assert_eq(failed, 0, "%llu of %llu allocations were needed and failed",
+                 (unsigned long long)failed, (unsigned long long)calls);
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.mapped_bytes, 0);
+    cr_assert_eq(s.reserved_bytes, 0);
+    cr_assert_eq(s.quarantined_granules, 0);
+    cr_assert_eq(s.owned_bytes, s.pool_bytes);
+    OK(ortmem_backend_destroy(b));
 }

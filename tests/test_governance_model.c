@@ -693,7 +693,8 @@ static void op_fence(void)
 
 /* Poll (or a drain that does not wait): the releases whose fences completed
  * are carried out; each either left (every mapped granule unmapped: completed
- * or quarantined) or failed (nothing unmapped; restore failures poisoned). */
+ * or quarantined) or failed (nothing unmapped; restore failures poisoned) and
+ * stays pending. */
 static void op_poll(bool drain)
 {
     uint64_t q = M->q_owned;
@@ -724,15 +725,17 @@ static void op_poll(bool drain)
                 MCHECK(now == before[j][i], "granule %zu outside the release changed", i);
             }
             mr->slot[i] = now;
-            mr->pending[i] = false;
         }
         MCHECK(unmapped == 0 || unmapped == sel, "a release unmapped %zu of %zu granules", unmapped,
                sel);
         if (unmapped == sel) {
             left++;
             left_bytes += d.n * G;
+            for (size_t i = d.g0; i < d.g0 + d.n; i++)
+                mr->pending[i] = false;
         } else {
             failed++;
+            M->d[kept++] = d; /* it stays pending: the next poll retries it */
         }
     }
     M->nd = kept;

@@ -811,6 +811,37 @@ Test(kv_cache, swap_out_and_in_is_byte_identical_and_releases_the_device_meanwhi
     }
 }
 
+/* A swap-in that took effect reports a host-tier region whose destroy
+ * quarantined a granule (it returned OK before). */
+Test(kv_cache, swap_in_reports_a_host_region_destroy_that_quarantined)
+{
+    kvt t;
+    env_open(&t, 1024 * MiB, 0);
+    ortmem_backend *host_cpu = test_backend();
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_create(host_cpu, &fo, &t.host));
+    cache_open(&t, cache_options(small_geometry(2, ORTMEM_KV_SEQ_MAJOR), ORTMEM_KV_STABLE, 2048));
+    tseq *q = tseq_create(&t);
+    grow(&t, q, 300);
+    OK(ortmem_kv_seq_swap_out(q->s));
+    fo.op = ORTMEM_OP_UNMAP;
+    fo.fail_at = 1;
+    OK(ortmem_fault_backend_arm(t.host, &fo));
+    ortmem_status st = ortmem_kv_seq_swap_in(q->s);
+    cr_assert_eq(st, ORTMEM_E_QUARANTINED, "%s: %s", ortmem_status_str(st), ortmem_last_error());
+    cr_assert(strstr(ortmem_last_error(), "kv swap in took effect"), "%s", ortmem_last_error());
+    cr_assert_eq(kv_stats(t.cache).swaps_in, 1);
+    assert_intact(&t, q, "after a swap-in whose host region quarantined");
+    cr_assert_gt(stats_of(t.host).quarantined_granules, 0);
+    tseq_free(q);
+    cache_close(&t);
+    OK(ortmem_authority_destroy(t.authority));
+    cr_assert_eq(stats_of(t.backend).owned_bytes, 0);
+    OK(ortmem_backend_destroy(t.backend));
+    EXPECT_STATUS(ortmem_backend_destroy(t.host), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(host_cpu));
+}
+
 /* ---- budget ---- */
 
 Test(kv_cache, budget_refusal_mid_append_leaves_the_sequence_unchanged)

@@ -149,8 +149,12 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
         om_deferred *d = mine[i];
         if (!om_fence_complete(d->fence))
             continue;
-        done[i] = true;
         ortmem_status out = om_carry_out(d);
+        /* A release that failed for memory or in the backend changed nothing:
+         * it stays pending, its memory mapped and charged, and the next poll
+         * or drain tries it again. One whose region or arena is gone (or that
+         * was refused) cannot succeed later and is dropped. */
+        done[i] = out != ORTMEM_E_NOMEM && out != ORTMEM_E_BACKEND;
         if (out == ORTMEM_OK) {
             r.completed++;
             r.released_bytes += d->kind == OM_DEFER_DECOMMIT ? d->len : 0;
@@ -192,7 +196,8 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
         return OM_ERR(first_failure, "authority poll: %s; nothing changed", first_error.detail);
     if (first_failure != ORTMEM_OK)
         return OM_ERR(first_failure,
-                      "authority poll: %llu releases failed and changed nothing; first: %s",
+                      "authority poll: %llu releases failed and changed nothing (those that "
+                      "failed for memory or in the backend stay pending); first: %s",
                       (unsigned long long)r.failed, first_error.detail);
     return ORTMEM_OK;
 }

@@ -87,10 +87,17 @@ ortmem_status ortmem_kv_seq_swap_out(ortmem_kv_seq *s)
         c->swaps_out++;
         pthread_mutex_unlock(&c->lock);
     } else if (host) {
-        om_error_saved failure;
+        om_error_saved failure, destroy;
         om_error_save(&failure);
-        (void)ortmem_region_destroy(host);
-        st = ortmem_error_set(st, "kv swap out: nothing changed: %s", failure.detail);
+        if (ortmem_region_destroy(host) != ORTMEM_OK) {
+            om_error_save(&destroy); /* the detail is formatted over itself otherwise */
+            st = ortmem_error_set(st,
+                                  "kv swap out: the sequence is unchanged, but destroying the "
+                                  "host-tier region quarantined (%s): %s",
+                                  destroy.detail, failure.detail);
+        } else {
+            st = ortmem_error_set(st, "kv swap out: nothing changed: %s", failure.detail);
+        }
     }
     om_seq_unpin(s);
     return st;
@@ -121,7 +128,10 @@ ortmem_status ortmem_kv_seq_swap_in(ortmem_kv_seq *s)
         st = om_error_restore(&failure, st);
     }
     if (st == ORTMEM_OK) {
-        (void)ortmem_region_destroy(s->host);
+        st = ortmem_region_destroy(s->host);
+        if (st != ORTMEM_OK) /* the region is gone either way */
+            st = om_error_wrap(st, "kv swap in took effect, but destroying the host-tier region "
+                                   "did not finish cleanly");
         s->host = NULL;
         pthread_mutex_lock(&c->lock);
         c->swaps_in++;

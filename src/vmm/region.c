@@ -108,16 +108,19 @@ static ortmem_status size_for_granule(const ortmem_region_options *opt, size_t g
     return ORTMEM_OK;
 }
 
-/* The region and its slot table, both zeroed, or neither. */
+/* The region, its slot table and selection flags, all zeroed, or none. */
 static ortmem_status alloc_region(size_t count, ortmem_region **out)
 {
     ortmem_region *r = om_calloc(1, sizeof *r);
     om_slot *slots = r ? om_calloc(count, sizeof *slots) : NULL;
-    if (!r || !slots) {
+    bool *selection = slots ? om_calloc(count ? count : 1, sizeof *selection) : NULL;
+    if (!selection) {
+        om_free(slots);
         om_free(r);
         return OM_ERR(ORTMEM_E_NOMEM, "region create: bookkeeping for %zu granules", count);
     }
     r->slots = slots;
+    r->selection = selection;
     *out = r;
     return ORTMEM_OK;
 }
@@ -182,6 +185,7 @@ unreserve:
     (void)om_backend_unreserve(b, r->base, size);
     pthread_mutex_destroy(&r->lock);
 free_region:
+    om_free(r->selection);
     om_free(r->slots);
     om_free(r);
 unpin:
@@ -200,8 +204,9 @@ ortmem_status ortmem_region_create(ortmem_backend *backend, const ortmem_region_
 
 /* ---- destroy ---- */
 
-/* Unmaps and drops one run of mapped granules; a failed unmap poisons it. */
-static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len, const bool *sel)
+/* Unmaps and drops the run [i, i + len) of mapped granules; a failed unmap
+ * poisons it. Needs no host memory, so a destroy cannot fail for lack of it. */
+static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len)
 {
     size_t bytes = len * r->granule;
     if (om_backend_unmap(r->backend, om_region_va(r, i), bytes) != ORTMEM_OK) {
@@ -210,34 +215,27 @@ static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len, const b
         return ORTMEM_E_QUARANTINED;
     }
     om_region_mapped_out(r, bytes);
-    if (om_region_drop_unmapped(r, i, len, sel + i) != ORTMEM_OK)
-        return ORTMEM_E_QUARANTINED;
-    return ORTMEM_OK;
-}
-
-/* Unmaps every mapped granule, run by run; a run that fails is quarantined
- * and the rest go on. Without host memory for the runs every mapped granule
- * is quarantined instead. */
-static ortmem_status unmap_all(ortmem_region *r)
-{
-    bool *sel = om_calloc(r->count ? r->count : 1, sizeof *sel);
-    if (!sel) {
-        ortmem_status st = OM_ERR(ORTMEM_E_NOMEM, "region destroy: run bookkeeping");
-        for (size_t i = 0; i < r->count; i++) {
-            if (r->slots[i].state == ORTMEM_GRANULE_MAPPED)
-                om_region_poison_slot(r, i, r->slots[i].phys, true);
-        }
-        return st;
-    }
-    for (size_t i = 0; i < r->count; i++)
-        sel[i] = r->slots[i].state == ORTMEM_GRANULE_MAPPED;
     ortmem_status result = ORTMEM_OK;
-    size_t i = 0;
-    for (size_t len; (len = om_next_run(sel, &i, r->count)) != 0; i += len) {
-        if (destroy_run(r, i, len, sel) != ORTMEM_OK)
+    for (size_t k = i; k < i + len; k++) {
+        if (om_region_drop_slot(r, k) != ORTMEM_OK)
             result = ORTMEM_E_QUARANTINED;
     }
-    om_free(sel);
+    return result;
+}
+
+/* Unmaps every maximal run of mapped granules; a run that fails is
+ * quarantined and the rest go on. */
+static ortmem_status unmap_all(ortmem_region *r)
+{
+    ortmem_status result = ORTMEM_OK;
+    for (size_t i = 0; i < r->count;) {
+        size_t len = 0;
+        while (i + len < r->count && r->slots[i + len].state == ORTMEM_GRANULE_MAPPED)
+            len++;
+        if (len && destroy_run(r, i, len) != ORTMEM_OK)
+            result = ORTMEM_E_QUARANTINED;
+        i += len ? len : 1;
+    }
     return result;
 }
 
@@ -285,6 +283,7 @@ ortmem_status ortmem_region_destroy(ortmem_region *r)
         om_trace_line("destroy r%llu", (unsigned long long)r->id);
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_destroy(&r->lock);
+    om_free(r->selection);
     om_free(r->slots);
     om_backend_unuse(b);
     om_account_drop(&r->account);

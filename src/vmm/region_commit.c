@@ -4,6 +4,8 @@
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
 
+#include <string.h>
+
 #include "core/error.h"
 #include "core/trace.h"
 
@@ -85,9 +87,14 @@ static ortmem_status commit_granules(ortmem_region *r, size_t g0, size_t n, cons
                                      om_phys **phys, size_t wanted)
 {
     om_hold hold = {0, 0};
-    ortmem_status st = om_region_acquire(r, n, want, phys, (uint64_t)wanted * r->granule, &hold);
-    if (st == ORTMEM_OK)
-        st = om_region_map(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true, &hold);
+    size_t pooled_end = 0;
+    ortmem_status st =
+        om_region_acquire(r, n, want, phys, (uint64_t)wanted * r->granule, &hold, &pooled_end);
+    if (st == ORTMEM_OK) {
+        st = om_region_map(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, &hold);
+        if (st != ORTMEM_OK)
+            om_region_give_back(r, n, phys, pooled_end);
+    }
     assert(st != ORTMEM_OK || hold.mapped == 0);
     om_region_release_hold(r, &hold);
     return st;
@@ -207,14 +214,10 @@ static ortmem_status decommit_selected(ortmem_region *r, const ortmem_range *ran
 static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *ranges, size_t count)
 {
     size_t g0 = 0, n = 0;
-    bool *sel = NULL;
     ortmem_status st = ranges_span(r, ranges, count, "region decommit", &g0, &n);
     if (st == ORTMEM_OK) {
-        sel = om_calloc(n, sizeof *sel);
-        if (!sel)
-            st = OM_ERR(ORTMEM_E_NOMEM, "region decommit: bookkeeping for %zu granules", n);
-    }
-    if (sel) {
+        bool *sel = r->selection + g0;
+        memset(sel, 0, n * sizeof *sel);
         select_whole_mapped(r, ranges, count, g0, sel);
         st = decommit_selected(r, ranges, count, g0, n, sel);
     }
@@ -222,7 +225,6 @@ static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *range
          i++)
         om_trace_line("decommit r%llu %zu %zu", (unsigned long long)r->id, ranges[i].offset,
                       ranges[i].length);
-    om_free(sel);
     return st;
 }
 

@@ -19,6 +19,7 @@ typedef struct cow_job {
     size_t count; /* candidates */
     bool *cand;
     om_phys **fresh;
+    size_t pooled_end; /* the copies before it came from the pool */
     om_hold hold;
     bool leaked_va; /* the scratch VA could not be returned */
 } cow_job;
@@ -183,7 +184,7 @@ static ortmem_status cow_swap(ortmem_region *r, cow_job *job)
         return OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping");
     }
     detach_shared(r, job, old);
-    st = om_region_map(r, job->g0, job->n, job->fresh, ORTMEM_ACCESS_READ_WRITE, false, &job->hold);
+    st = om_region_map(r, job->g0, job->n, job->fresh, ORTMEM_ACCESS_READ_WRITE, &job->hold);
     if (st == ORTMEM_OK)
         finish_swap(r, job, old);
     else
@@ -236,8 +237,9 @@ static ortmem_status cow_prepare(ortmem_region *r, size_t offset, size_t len, co
 
 static ortmem_status cow_run(ortmem_region *r, cow_job *job)
 {
-    ortmem_status st = om_region_acquire(r, job->n, job->cand, job->fresh,
-                                         (uint64_t)job->count * r->granule, &job->hold);
+    ortmem_status st =
+        om_region_acquire(r, job->n, job->cand, job->fresh, (uint64_t)job->count * r->granule,
+                          &job->hold, &job->pooled_end);
     if (st == ORTMEM_OK)
         st = cow_fill(r, job);
     if (st == ORTMEM_OK)
@@ -250,12 +252,8 @@ static ortmem_status cow_run(ortmem_region *r, cow_job *job)
 static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st, size_t offset,
                                 size_t len)
 {
-    for (size_t k = 0; job->fresh && k < job->n; k++) {
-        if (!job->fresh[k] || job->fresh[k]->poisoned)
-            continue;
-        assert(atomic_load(&job->fresh[k]->mappers) == 0);
-        (void)om_phys_discard(r->backend, job->fresh[k]);
-    }
+    if (job->fresh)
+        om_region_give_back(r, job->n, job->fresh, job->pooled_end);
     om_region_release_hold(r, &job->hold);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,

@@ -55,7 +55,9 @@ static ortmem_status import_locked(ortmem_region *r, size_t gi, int fd, ortmem_a
     st = om_phys_import(r->backend, fd, &r->account, &p);
     if (st == ORTMEM_OK) {
         hold.owned = 0; /* the import charged the granule */
-        st = om_region_map(r, gi, 1, &p, access, true, &hold);
+        st = om_region_map(r, gi, 1, &p, access, &hold);
+        if (st != ORTMEM_OK)
+            om_region_give_back(r, 1, &p, 0);
         assert(st != ORTMEM_OK || hold.mapped == 0);
     }
     om_region_release_hold(r, &hold);

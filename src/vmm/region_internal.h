@@ -54,6 +54,10 @@ struct ortmem_region {
     om_account account;
     om_relief *relief; /* where a refused reservation is noted, while locked */
     om_slot *slots;
+    /* One flag per granule for a decommit's selection, under the lock: set
+     * aside at create so that a decommit (the undo of many a failed call)
+     * needs no host memory. */
+    bool *selection;
 };
 
 static inline uintptr_t om_region_va(const ortmem_region *r, size_t index)
@@ -142,22 +146,30 @@ void om_region_forget_requested(ortmem_region *r, size_t i);
 void om_region_poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped);
 /* Drops the slot's mapper reference on p (a granule it mapped until now). */
 ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
-/* Gets a granule for every want[k]: pooled ones first, then capacity for the
- * rest plus mapped_bytes is reserved and they are created. On failure
- * everything acquired goes back and nothing stays held. */
+/* Gets a granule for every want[k]: pooled ones first (those before
+ * *pooled_end), then capacity for the rest plus mapped_bytes is reserved and
+ * they are created. On failure everything acquired goes back (the pool as it
+ * was) and nothing stays held. */
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
-                                uint64_t mapped_bytes, om_hold *hold);
+                                uint64_t mapped_bytes, om_hold *hold, size_t *pooled_end);
+/* Gives back granules om_region_acquire got that nothing maps (the non-NULL,
+ * unpoisoned phys[k]) and clears phys[]: those before pooled_end go back to
+ * the pool, the ones it created are released, so the pool ends as it was. */
+void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end);
 /* Maps phys[k] (where non-NULL) at granule g0+k into unmapped slots and sets
- * access per run. fresh: the granules were acquired by this call. On failure
- * everything this call mapped is rolled back. */
+ * access per run; needs no host memory. On failure everything this call
+ * mapped is rolled back; the granules stay the caller's (a run whose unmap
+ * failed is poisoned and its phys[] entries cleared). */
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
-                            ortmem_access access, bool fresh, om_hold *hold);
+                            ortmem_access access, om_hold *hold);
 /* Maps the recorded granules of sel[] back after a failed unmap elsewhere; a
  * granule that cannot be restored is poisoned. */
 void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);
 /* Unmaps every run of sel[] (one call per run). On a failure the runs already
  * unmapped are mapped back and the error returned: nothing changed. */
 ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);
+/* After its unmap succeeded: clears slot i and drops its granule. */
+ortmem_status om_region_drop_slot(ortmem_region *r, size_t i);
 /* After the unmap succeeded: clears the slots and drops their granules. */
 ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel);
 

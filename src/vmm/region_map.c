@@ -5,8 +5,6 @@
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
 
-#include <string.h>
-
 #include "core/error.h"
 
 /* ---- account and ledger ---- */
@@ -79,36 +77,56 @@ ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p)
     return om_phys_drop(r->backend, p);
 }
 
-/* Gives back a granule this call acquired and that nothing maps: a granule is
- * released or pooled only once its last mapper is gone. */
-static void give_back(ortmem_region *r, om_phys *p)
+void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end)
 {
-    assert(atomic_load(&p->mappers) == 0);
-    (void)om_phys_discard(r->backend, p);
+    /* Backwards, so the pooled ones go back in the order they were taken. */
+    for (size_t k = n; k-- > 0;) {
+        om_phys *p = phys[k];
+        phys[k] = NULL;
+        if (!p || p->poisoned) /* a poisoned granule belongs to the quarantine */
+            continue;
+        /* A granule is released or pooled only once its last mapper is gone. */
+        assert(atomic_load(&p->mappers) == 0);
+        if (k < pooled_end)
+            (void)om_phys_discard(r->backend, p);
+        else
+            (void)om_phys_release(r->backend, p);
+    }
 }
 
 /* ---- acquire ---- */
 
-/* Takes a pooled granule for every want[k] the pool can serve (their charge
- * moves in and needs no capacity); returns how many wanted ones are missing. */
+/* Takes a pooled granule for want[k] in order until the pool runs dry (their
+ * charge moves in and needs no capacity), so the pooled ones are those before
+ * *pooled_end; returns how many wanted ones are missing. */
 static size_t take_pooled(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
-                          unsigned flags)
+                          unsigned flags, size_t *pooled_end)
 {
     size_t missing = 0;
+    *pooled_end = n;
     for (size_t k = 0; k < n; k++) {
         if (!want[k])
             continue;
+        if (missing) { /* counted as the miss the pool would have answered */
+            if (!(flags & OM_PHYS_EXPORTABLE))
+                om_ledger_count(&r->backend->ledger.pool_misses, 1, r->backend);
+            missing++;
+            continue;
+        }
         phys[k] = om_phys_take_pooled(r->backend, flags, &r->account);
-        missing += phys[k] == NULL;
+        if (!phys[k]) {
+            missing++;
+            *pooled_end = k;
+        }
     }
     return missing;
 }
 
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
-                                uint64_t mapped_bytes, om_hold *hold)
+                                uint64_t mapped_bytes, om_hold *hold, size_t *pooled_end)
 {
     unsigned flags = (r->flags & ORTMEM_REGION_EXPORTABLE) ? OM_PHYS_EXPORTABLE : 0;
-    size_t missing = take_pooled(r, n, want, phys, flags);
+    size_t missing = take_pooled(r, n, want, phys, flags, pooled_end);
     ortmem_status st = om_region_hold(r, (uint64_t)missing * r->granule, mapped_bytes, hold);
     for (size_t k = 0; st == ORTMEM_OK && k < n; k++) {
         if (!want[k] || phys[k])
@@ -121,11 +139,7 @@ ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om
         assert(hold->owned == 0); /* every created granule is charged to the account */
         return ORTMEM_OK;
     }
-    for (size_t k = 0; k < n; k++) {
-        if (phys[k])
-            give_back(r, phys[k]);
-        phys[k] = NULL;
-    }
+    om_region_give_back(r, n, phys, *pooled_end);
     om_region_release_hold(r, hold);
     return st;
 }
@@ -143,57 +157,65 @@ static void poison_run(ortmem_region *r, size_t g0, size_t i, size_t len, om_phy
     }
 }
 
-/* Undoes mappings made by the failing call: unmaps each run of mapped[] and
- * gives the granules back. fresh: the granules were acquired by this call (and
- * carry no mapper yet); otherwise they are borrowed from another region. A
- * failed unmap poisons the run instead. */
-static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t n, const bool *mapped,
-                                  om_phys **phys, bool fresh)
+/* Next run of non-NULL phys[] at or after *i, below upto; 0 when none. The
+ * granules a map call maps are the non-NULL ones, so their runs need no
+ * bookkeeping of their own. */
+static size_t next_phys_run(om_phys *const *phys, size_t *i, size_t upto)
+{
+    while (*i < upto && !phys[*i])
+        (*i)++;
+    size_t len = 0;
+    while (*i + len < upto && phys[*i + len])
+        len++;
+    return len;
+}
+
+/* Undoes mappings made by the failing call: unmaps each run of phys[] below
+ * upto (the ones it mapped). A failed unmap poisons the run instead (and
+ * clears its phys[] entries). */
+static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t upto, om_phys **phys)
 {
     size_t i = 0;
-    for (size_t len; (len = om_next_run(mapped, &i, n)) != 0; i += len) {
+    for (size_t len; (len = next_phys_run(phys, &i, upto)) != 0; i += len) {
         size_t bytes = len * r->granule;
         if (om_backend_unmap(r->backend, om_region_va(r, g0 + i), bytes) == ORTMEM_OK)
             om_region_mapped_out(r, bytes);
         else
             poison_run(r, g0, i, len, phys);
     }
-    for (size_t k = 0; fresh && k < n; k++) {
-        if (phys[k])
-            give_back(r, phys[k]);
-    }
 }
 
-/* Maps each phys[k] into its granule; stops at the first failure. */
-static ortmem_status map_each(ortmem_region *r, size_t g0, size_t n, om_phys **phys, bool *mapped,
+/* Maps each phys[k] into its granule; stops at the first failure, with
+ * *upto the index it reached (the ones before it are mapped). */
+static ortmem_status map_each(ortmem_region *r, size_t g0, size_t n, om_phys **phys, size_t *upto,
                               om_hold *hold)
 {
-    for (size_t k = 0; k < n; k++) {
+    for (*upto = 0; *upto < n; (*upto)++) {
+        size_t k = *upto;
         if (!phys[k])
             continue;
         ortmem_status st =
             om_backend_map(r->backend, om_region_va(r, g0 + k), r->granule, phys[k]->handle, 0);
         if (st != ORTMEM_OK)
             return st;
-        mapped[k] = true;
         mapped_in(r, r->granule, hold);
     }
     return ORTMEM_OK;
 }
 
-/* One set-access per run of mapped[]: every granule mapped gets its access. */
-static ortmem_status set_access_runs(ortmem_region *r, size_t g0, size_t n, const bool *mapped,
+/* One set-access per run of phys[]: every granule mapped gets its access. */
+static ortmem_status set_access_runs(ortmem_region *r, size_t g0, size_t n, om_phys *const *phys,
                                      ortmem_access access)
 {
     ortmem_status st = ORTMEM_OK;
     size_t i = 0;
-    for (size_t len; st == ORTMEM_OK && (len = om_next_run(mapped, &i, n)) != 0; i += len)
+    for (size_t len; st == ORTMEM_OK && (len = next_phys_run(phys, &i, n)) != 0; i += len)
         st = om_backend_set_access(r->backend, om_region_va(r, g0 + i), len * r->granule, access);
     return st;
 }
 
 /* Records the new mappings in the slots, each taking a mapper reference. */
-static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys, const bool *mapped,
+static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
                           ortmem_access access)
 {
     for (size_t k = 0; k < n; k++) {
@@ -201,27 +223,23 @@ static void record_mapped(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
             continue;
         om_slot *s = &r->slots[g0 + k];
         /* Mapped and given its access by this call, into a slot that held nothing. */
-        assert(mapped[k] && s->state == ORTMEM_GRANULE_UNMAPPED && !s->phys);
-        (void)mapped; /* read by the assertion only */
+        assert(s->state == ORTMEM_GRANULE_UNMAPPED && !s->phys);
         atomic_fetch_add(&phys[k]->mappers, 1);
         *s = (om_slot){phys[k], ORTMEM_GRANULE_MAPPED, (uint8_t)access, 0, 0, s->epoch + 1};
     }
 }
 
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
-                            ortmem_access access, bool fresh, om_hold *hold)
+                            ortmem_access access, om_hold *hold)
 {
-    bool *mapped = om_calloc(n, sizeof *mapped);
-    if (!mapped)
-        return OM_ERR(ORTMEM_E_NOMEM, "run bookkeeping for %zu granules", n);
-    ortmem_status st = map_each(r, g0, n, phys, mapped, hold);
+    size_t upto = 0;
+    ortmem_status st = map_each(r, g0, n, phys, &upto, hold);
     if (st == ORTMEM_OK)
-        st = set_access_runs(r, g0, n, mapped, access);
+        st = set_access_runs(r, g0, n, phys, access);
     if (st == ORTMEM_OK)
-        record_mapped(r, g0, n, phys, mapped, access);
+        record_mapped(r, g0, n, phys, access);
     else
-        rollback_new_mappings(r, g0, n, mapped, phys, fresh);
-    om_free(mapped);
+        rollback_new_mappings(r, g0, upto, phys);
     return st;
 }
 
@@ -245,23 +263,6 @@ void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *s
     }
 }
 
-/* After an unmap failed at index upto of sel[]: maps the runs before it back,
- * or poisons them when there is no host memory to do so. */
-static void undo_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel, size_t upto)
-{
-    bool *done = om_calloc(n, sizeof *done);
-    if (!done) {
-        for (size_t k = 0; k < upto; k++) {
-            if (sel[k])
-                om_region_poison_slot(r, g0 + k, r->slots[g0 + k].phys, false);
-        }
-        return;
-    }
-    memcpy(done, sel, upto * sizeof *done);
-    om_region_restore_runs(r, g0, n, done);
-    om_free(done);
-}
-
 ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel)
 {
     size_t i = 0;
@@ -269,12 +270,21 @@ ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const 
         size_t bytes = len * r->granule;
         ortmem_status st = om_backend_unmap(r->backend, om_region_va(r, g0 + i), bytes);
         if (st != ORTMEM_OK) {
-            undo_unmapped(r, g0, n, sel, i);
+            om_region_restore_runs(r, g0, i, sel); /* the runs before i */
             return st;
         }
         om_region_mapped_out(r, bytes);
     }
     return ORTMEM_OK;
+}
+
+ortmem_status om_region_drop_slot(ortmem_region *r, size_t i)
+{
+    om_slot *s = &r->slots[i];
+    om_phys *p = s->phys;
+    om_region_forget_requested(r, i);
+    *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, s->epoch + 1};
+    return om_region_drop_phys(r, p);
 }
 
 ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel)
@@ -283,11 +293,7 @@ ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, con
     for (size_t k = 0; k < n; k++) {
         if (!sel[k])
             continue;
-        om_slot *s = &r->slots[g0 + k];
-        om_phys *p = s->phys;
-        om_region_forget_requested(r, g0 + k);
-        *s = (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, s->epoch + 1};
-        ortmem_status st = om_region_drop_phys(r, p);
+        ortmem_status st = om_region_drop_slot(r, g0 + k);
         if (st != ORTMEM_OK)
             result = st;
     }

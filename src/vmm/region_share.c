@@ -93,12 +93,17 @@ static const char *access_name(ortmem_access access)
     return access == ORTMEM_ACCESS_READ_WRITE ? "rw" : access == ORTMEM_ACCESS_READ ? "ro" : "none";
 }
 
+#define SHARE_FEW 8
+
 /* Maps the checked source granules into the destination, charging dst's account. */
 static ortmem_status share_locked(ortmem_region *dst, size_t dst_offset, ortmem_region *src,
                                   size_t src_offset, size_t len, ortmem_access access)
 {
     size_t n = len / dst->granule, g0 = dst_offset / dst->granule;
-    om_phys **phys = om_calloc(n, sizeof *phys);
+    /* A share of a few granules needs no host memory: a rollback that maps a
+     * granule back by sharing it (the KV zero tail) cannot fail for it. */
+    om_phys *few[SHARE_FEW];
+    om_phys **phys = n <= SHARE_FEW ? few : om_calloc(n, sizeof *phys);
     if (!phys)
         return OM_ERR(ORTMEM_E_NOMEM, "region share: bookkeeping for %zu granules", n);
     for (size_t k = 0; k < n; k++)
@@ -106,7 +111,7 @@ static ortmem_status share_locked(ortmem_region *dst, size_t dst_offset, ortmem_
     om_hold hold;
     ortmem_status st = om_region_hold(dst, 0, (uint64_t)len, &hold);
     if (st == ORTMEM_OK) {
-        st = om_region_map(dst, g0, n, phys, access, false, &hold);
+        st = om_region_map(dst, g0, n, phys, access, &hold);
         assert(st != ORTMEM_OK || hold.mapped == 0);
         om_region_release_hold(dst, &hold);
     }
@@ -117,7 +122,8 @@ static ortmem_status share_locked(ortmem_region *dst, size_t dst_offset, ortmem_
                       (unsigned long long)src->id, src_offset, len, access_name(access));
     assert(st != ORTMEM_OK || om_slots_in_state(dst, g0, n, ORTMEM_GRANULE_MAPPED));
     assert(om_slots_consistent(dst, g0, n));
-    om_free(phys);
+    if (phys != few)
+        om_free(phys);
     return st;
 }
 

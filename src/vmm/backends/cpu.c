@@ -2,6 +2,7 @@
  * VA: mmap(PROT_NONE, MAP_NORESERVE). Physical granule: a pre-allocated extent
  * of one shared memfd (or its own memfd when exportable), so one granule can
  * be mapped at several VAs. Release punches a hole: the pages go back to the OS. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -47,6 +48,9 @@ typedef struct cpu_backend {
     off_t shared_end;
     off_t *holes; /* granule-sized extents punched and free for reuse */
     size_t hole_count, hole_capacity;
+    /* Granule-sized extents carved from the file, live or holes: the hole
+     * list has room for all of them, so a release never needs memory. */
+    size_t granule_extents;
     cpu_granule *live;
     _Atomic uint64_t next_event; /* starts at 1 */
 #ifdef ORTMEM_HAVE_HWLOC
@@ -191,6 +195,16 @@ static ortmem_status cpu_create_extent(cpu_backend *c, size_t size, cpu_granule 
         }
     }
     bool from_hole = size == c->granule && c->hole_count > 0;
+    if (size == c->granule && !from_hole && c->granule_extents == c->hole_capacity) {
+        size_t ncap = c->hole_capacity ? c->hole_capacity * 2 : 64;
+        off_t *grown = om_realloc(c->holes, ncap * sizeof *grown);
+        if (!grown) {
+            st = OM_ERR(ORTMEM_E_NOMEM, "create: hole list of %zu entries", ncap);
+            goto out;
+        }
+        c->holes = grown;
+        c->hole_capacity = ncap;
+    }
     off_t offset = from_hole ? c->holes[c->hole_count - 1] : c->shared_end;
     if (!from_hole && ftruncate(c->shared_fd, offset + (off_t)size) != 0) {
         st = cpu_errno("create (grow memfd)", errno, size);
@@ -208,6 +222,8 @@ static ortmem_status cpu_create_extent(cpu_backend *c, size_t size, cpu_granule 
         c->hole_count--;
     else
         c->shared_end = offset + (off_t)size;
+    if (size == c->granule && !from_hole)
+        c->granule_extents++;
     g->fd = c->shared_fd;
     g->offset = offset;
     g->own_fd = false;
@@ -249,16 +265,8 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
         om_free(g);
         goto out;
     }
-    if (g->size == c->granule && c->hole_count == c->hole_capacity) {
-        size_t ncap = c->hole_capacity ? c->hole_capacity * 2 : 64;
-        off_t *grown = om_realloc(c->holes, ncap * sizeof *grown);
-        if (!grown) {
-            st = OM_ERR(ORTMEM_E_NOMEM, "release: hole list of %zu entries", ncap);
-            goto out;
-        }
-        c->holes = grown;
-        c->hole_capacity = ncap;
-    }
+    /* Its hole slot was set aside when the extent was carved. */
+    assert(g->size != c->granule || c->hole_count < c->hole_capacity);
     if (cpu_fallocate(c->shared_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, g->offset,
                       (off_t)g->size) != 0) {
         st = cpu_errno("release (punch hole)", errno, g->size);
