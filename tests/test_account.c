@@ -17,7 +17,7 @@ typedef struct recorder {
     bool stingy; /* relieve finds nothing to release */
 } recorder;
 
-static ortmem_status rec_reserve(void *self, uint64_t owned, uint64_t mapped)
+static ortmem_status rec_hold(void *self, uint64_t owned, uint64_t mapped)
 {
     recorder *r = self;
     r->reserves++;
@@ -31,7 +31,7 @@ static ortmem_status rec_reserve(void *self, uint64_t owned, uint64_t mapped)
     return ORTMEM_OK;
 }
 
-static void rec_unreserve(void *self, uint64_t owned, uint64_t mapped)
+static void rec_unhold(void *self, uint64_t owned, uint64_t mapped)
 {
     recorder *r = self;
     r->held_owned -= (int64_t)owned;
@@ -76,7 +76,7 @@ static void rec_retain(void *self)
     ((recorder *)self)->retained++;
 }
 
-static void rec_release(void *self)
+static void rec_unretain(void *self)
 {
     ((recorder *)self)->retained--;
 }
@@ -85,14 +85,14 @@ static ortmem_account account_of(recorder *r)
 {
     return (ortmem_account){.struct_size = sizeof(ortmem_account),
                             .self = r,
-                            .reserve = rec_reserve,
-                            .unreserve = rec_unreserve,
+                            .hold = rec_hold,
+                            .unhold = rec_unhold,
                             .charge = rec_charge,
                             .adopt = rec_adopt,
                             .refund = rec_refund,
                             .requested = rec_requested,
                             .retain = rec_retain,
-                            .release = rec_release};
+                            .unretain = rec_unretain};
 }
 
 static ortmem_region *charged_region(ortmem_backend *b, size_t size, const ortmem_account *acct)
@@ -105,7 +105,7 @@ static ortmem_region *charged_region(ortmem_backend *b, size_t size, const ortme
     return r;
 }
 
-Test(account, commit_reserves_then_charges_and_destroy_refunds_everything)
+Test(account, commit_holds_then_charges_and_destroy_refunds_everything)
 {
     ortmem_backend *b = test_backend();
     recorder rec = {.refuse_above = UINT64_MAX};
@@ -130,7 +130,7 @@ Test(account, commit_reserves_then_charges_and_destroy_refunds_everything)
     OK(ortmem_backend_destroy(b));
 }
 
-Test(account, a_refused_reservation_maps_nothing)
+Test(account, a_refused_hold_maps_nothing)
 {
     ortmem_backend *b = test_backend();
     recorder rec = {.refuse_above = G};
@@ -147,7 +147,7 @@ Test(account, a_refused_reservation_maps_nothing)
     OK(ortmem_backend_destroy(b));
 }
 
-Test(account, pooled_granules_move_their_charge_without_a_reservation)
+Test(account, pooled_granules_move_their_charge_without_a_hold)
 {
     ortmem_backend *b = test_backend();
     recorder pool = {.refuse_above = UINT64_MAX}, quarantine = pool, a = pool, c = pool;
@@ -256,7 +256,7 @@ Test(account, an_account_without_required_slots_is_refused)
     ortmem_region *r;
     EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_INVALID);
     acct = account_of(&rec);
-    acct.release = NULL;
+    acct.unretain = NULL;
     EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_INVALID);
     cr_assert_eq(rec.retained, 0);
     OK(ortmem_backend_destroy(b));

@@ -35,7 +35,7 @@ static _Atomic int stamp_clock;
 
 /* ---- gate: single-thread rules ---- */
 
-Test(capture_gate, begin_and_end_hold_and_release_the_gate, .timeout = 30)
+Test(capture_gate, begin_and_end_take_and_leave_the_gate, .timeout = 30)
 {
     ortmem_capture_stats s0 = gate_stats();
     cr_assert_eq(ortmem_capture_active(), 0);

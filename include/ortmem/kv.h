@@ -246,7 +246,7 @@ typedef struct ortmem_kv_stats {
     uint64_t prefix_hits;
     uint64_t prefix_tokens_reused;
     uint64_t prefix_bytes_saved; /* granules mapped instead of committed */
-    uint64_t prefix_released;    /* entries released under pressure */
+    uint64_t prefix_evicted;     /* entries released under pressure */
     uint64_t swaps_out, swaps_in;
     uint64_t zero_tail_mapped_bytes; /* the zero granule's aliases */
 } ortmem_kv_stats;

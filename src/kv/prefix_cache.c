@@ -187,7 +187,7 @@ uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
         if (victim) {
             om_lru_unlink(c, victim);
             c->prefix_count--;
-            c->prefix_released++;
+            c->prefix_evicted++;
         }
         pthread_mutex_unlock(&c->lock);
         if (!victim)
@@ -201,7 +201,7 @@ uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
     return released;
 }
 
-ortmem_status om_prefix_release_all(ortmem_kv_cache *c)
+ortmem_status om_prefix_free_all(ortmem_kv_cache *c)
 {
     ortmem_status st = ORTMEM_OK;
     pthread_mutex_lock(&c->lock);

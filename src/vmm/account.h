@@ -18,8 +18,8 @@ ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const 
 om_account om_account_copy(const om_account *src);
 void om_account_drop(om_account *a);
 
-ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped);
-void om_account_unreserve(const om_account *a, uint64_t owned, uint64_t mapped);
+ortmem_status om_account_hold(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_unhold(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_charge(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_adopt(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped);

@@ -154,7 +154,7 @@ size_t om_index_largest(const ortmem_arena *a)
 
 /* ---- block nodes ---- */
 
-bool om_blocks_reserve(ortmem_arena *a, size_t n)
+bool om_blocks_grow(ortmem_arena *a, size_t n)
 {
     while (a->spare_count < n) {
         om_block *b = om_malloc(sizeof *b);

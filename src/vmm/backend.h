@@ -33,7 +33,7 @@ typedef struct om_phys {
     size_t size;
     _Atomic unsigned mappers;
     unsigned flags;
-    bool poisoned; /* quarantined: never released nor reused */
+    bool quarantined; /* quarantined: never released nor reused */
     om_account owner;
 } om_phys;
 
@@ -103,7 +103,7 @@ ortmem_status om_backend_memset_async(ortmem_backend *b, uintptr_t dst, int valu
                                       uint64_t stream);
 ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event);
 ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event);
-ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event);
+ortmem_status om_backend_event_destroy(ortmem_backend *b, uint64_t event);
 /* All three event slots present. */
 bool om_backend_has_events(const ortmem_backend *b);
 
@@ -132,7 +132,7 @@ ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p);
 void om_phys_set_owner(om_phys *p, const om_account *owner);
 /* Poisons a granule: it stays owned and is reported, never reused; its charge
  * moves to the quarantine account. */
-void om_phys_poison(ortmem_backend *b, om_phys *p);
+void om_phys_quarantine(ortmem_backend *b, om_phys *p);
 /* A mapping that could not be unmapped: its mapped charge moves from the
  * mapping region's account to the quarantine account. */
 void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t bytes);
