@@ -356,7 +356,7 @@ typedef struct race_worker {
     atomic_int *go; /* the watcher runs: start */
     int failures;   /* calls that failed for another reason than the budget */
     int refused;    /* ORTMEM_E_BUDGET refusals */
-    int succeeded;  /* reservations (prepares, commits) that went through */
+    int succeeded;  /* holds (prepares, commits) that went through */
     int changed;    /* refusals that changed this thread's own holder */
     char detail[256];
 } race_worker;
@@ -367,7 +367,7 @@ typedef struct race_watch {
     atomic_int go; /* set by the watcher once it runs: the workers start */
     atomic_int done;
     uint64_t samples;
-    uint64_t over; /* samples with owned + reserved above the limit */
+    uint64_t over; /* samples with owned + claimed above the limit */
     uint64_t worst;
 } race_watch;
 
@@ -404,10 +404,9 @@ static void race_refused(race_worker *w, const ortmem_holder_report *before, con
     if (!own_line(w->authority, w->name, &after) || !same_line(before, &after)) {
         w->changed++;
         snprintf(w->detail, sizeof w->detail,
-                 "%s refused but the holder changed: owned %llu -> %llu, reserved %llu -> %llu",
-                 what, (unsigned long long)before->owned_bytes,
-                 (unsigned long long)after.owned_bytes, (unsigned long long)before->held_bytes,
-                 (unsigned long long)after.held_bytes);
+                 "%s refused but the holder changed: owned %llu -> %llu, held %llu -> %llu", what,
+                 (unsigned long long)before->owned_bytes, (unsigned long long)after.owned_bytes,
+                 (unsigned long long)before->held_bytes, (unsigned long long)after.held_bytes);
     }
 }
 
@@ -592,14 +591,14 @@ stress_outcome stress_grants_race(void)
                     (unsigned long long)watch.over, (unsigned long long)watch.samples,
                     (unsigned long long)watch.limit, (unsigned long long)watch.worst);
     if (!refused || !succeeded)
-        return fail("no race", "%d refusals and %d reservations: the workload did not contend",
-                    refused, succeeded);
+        return fail("no race", "%d refusals and %d holds: the workload did not contend", refused,
+                    succeeded);
     ortmem_authority_report r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;
     if (ortmem_authority_report_get(a, &r, NULL, 0) != ORTMEM_OK || r.owned_bytes ||
         r.claimed_bytes || r.mapped_bytes || r.owned_peak_bytes > watch.limit)
-        return fail("ledger", "owned %llu, reserved %llu, mapped %llu, peak %llu at the end",
+        return fail("ledger", "owned %llu, claimed %llu, mapped %llu, peak %llu at the end",
                     (unsigned long long)r.owned_bytes, (unsigned long long)r.claimed_bytes,
                     (unsigned long long)r.mapped_bytes, (unsigned long long)r.owned_peak_bytes);
     if ((uint64_t)refused > r.refusals)

@@ -1,4 +1,4 @@
-/* The vmm accounting seam with a recording account: vmm reserves before it
+/* The vmm accounting seam with a recording account: vmm takes a hold before it
  * creates or maps, charges out of the hold, moves charges between owner, pool
  * and quarantine, and keeps its account copies retained exactly while used. */
 #include <stdatomic.h>
@@ -10,17 +10,17 @@
 typedef struct recorder {
     int64_t owned, mapped, held_owned, held_mapped, requested;
     int64_t retained;
-    uint64_t reserves, refusals;
-    uint64_t refuse_above; /* refuse reservations of more owned bytes than this */
+    uint64_t holds, refusals;
+    uint64_t refuse_above; /* refuse holds of more owned bytes than this */
     ortmem_region *region; /* what relieve looks at */
     uint64_t reliefs;
-    bool stingy; /* relieve finds nothing to release */
+    bool stingy; /* relieve finds nothing to reclaim */
 } recorder;
 
 static ortmem_status rec_hold(void *self, uint64_t owned, uint64_t mapped)
 {
     recorder *r = self;
-    r->reserves++;
+    r->holds++;
     if (owned > r->refuse_above) {
         r->refusals++;
         return ortmem_error_set(ORTMEM_E_BUDGET, "recorder refuses %llu bytes",
@@ -113,7 +113,7 @@ Test(account, commit_holds_then_charges_and_destroy_refunds_everything)
     ortmem_region *r = charged_region(b, 4 * G, &acct);
     cr_assert_eq(rec.retained, 1, "the region keeps a retained copy");
     OK(ortmem_region_commit(r, 10, 2 * G)); /* touches granules 0..2 */
-    cr_assert_eq(rec.reserves, 1);
+    cr_assert_eq(rec.holds, 1);
     cr_assert_eq(rec.owned, (int64_t)(3 * G));
     cr_assert_eq(rec.mapped, (int64_t)(3 * G));
     cr_assert_eq(rec.held_owned + rec.held_mapped, 0, "nothing stays held after the call");

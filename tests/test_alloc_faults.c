@@ -374,8 +374,8 @@ static int step_after(sweep *w, env *e, const char *call, int line, ortmem_statu
     snapshot(e, &w->after);
     /* A call documented to report a failure after it took effect (a truncate
      * whose zero tail could not be mapped again) says so in its detail; a
-     * poll carries out each release alone and names the ones that failed. */
-    if (!strstr(detail, "took effect") && !strstr(detail, "releases failed and changed nothing"))
+     * poll carries out each retirement alone and names the ones that failed. */
+    if (!strstr(detail, "took effect") && !strstr(detail, "retirements failed and changed nothing"))
         compare_ledgers(w, call, line);
     check_patterns(w, e, call, line);
     sweep_resume(w);
@@ -481,7 +481,7 @@ static void teardown(env *e)
             ortmem_authority_report r = {.struct_size = sizeof r};
             OK(ortmem_authority_report_get(e->authority[i], &r, NULL, 0));
             /* The pool holder may keep what the pool still holds. */
-            cr_assert_eq(r.claimed_bytes, 0, "authority %d keeps %llu bytes reserved", i,
+            cr_assert_eq(r.claimed_bytes, 0, "authority %d keeps %llu bytes claimed", i,
                          (unsigned long long)r.claimed_bytes);
             OK(ortmem_authority_destroy(e->authority[i]));
         }
@@ -805,7 +805,7 @@ static ortmem_status authority_create(ortmem_backend *b, uint64_t limit, ortmem_
 }
 
 /* What the reclaimable holder gives back, and the sweep to tell: a call that
- * fails after pressure released memory must leave the ledger as the release
+ * fails after pressure reclaimed memory must leave the ledger as the reclaim
  * left it. */
 static ortmem_region *pressure_region;
 static sweep *pressure_sweep;
@@ -871,7 +871,7 @@ static void wl_governance(sweep *w, env *e)
     pressure_sweep = w;
     pressure_env = e;
     drop_pattern(e, 0);
-    /* A pressure callback whose decommit finds no memory releases nothing:
+    /* A pressure callback whose decommit finds no memory reclaims nothing:
      * the prepare is then refused for budget. */
     STEP_ALLOW(ortmem_grant_prepare(e->holder[3], 11 * G, &e->grant[3]), ORTMEM_E_BUDGET);
     pressure_region = NULL;
@@ -939,7 +939,7 @@ static int query_done(void *user)
     return *(int *)user;
 }
 
-/* A release that fails in a poll (its decommit found no memory) is dropped
+/* A retirement that fails in a poll (its decommit found no memory) is dropped
  * from the pending list with the memory still mapped and charged
  * (src/governance/retire.c:153, left as it is: whether it should stay
  * pending is a design question), so a retried run may end with more bytes

@@ -326,7 +326,7 @@ Test(capture_gate, defer_during_a_capture_runs_after_end_on_the_ending_thread, .
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(atomic_load(&p[i].runs), 1, "item %d ran exactly once", i);
         cr_assert(pthread_equal(p[i].ran_on, c.thread), "item %d ran on the ending thread", i);
-        cr_assert_eq(atomic_load(&p[i].capture_active_then), 0, "after the gate was released");
+        cr_assert_eq(atomic_load(&p[i].capture_active_then), 0, "after the gate was left");
         cr_assert_gt(atomic_load(&p[i].order), atomic_load(&c.begun_at));
         if (i)
             cr_assert_gt(atomic_load(&p[i].order), atomic_load(&p[i - 1].order), "in order");

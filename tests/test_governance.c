@@ -114,7 +114,7 @@ typedef struct reclaimer {
     const char *tag;
     ortmem_region *region;
     size_t committed; /* granules committed from offset 0 */
-    int give_nothing; /* answer 0 without releasing */
+    int give_nothing; /* answer 0 without reclaiming */
     unsigned calls;
     uint64_t last_want;
 } reclaimer;
@@ -135,14 +135,14 @@ static uint64_t reclaim(void *user, uint64_t want)
     log_call(r->tag);
     if (r->give_nothing)
         return 0;
-    uint64_t released = 0;
-    while (released < want && r->committed) {
+    uint64_t reclaimed = 0;
+    while (reclaimed < want && r->committed) {
         if (ortmem_region_decommit(r->region, (r->committed - 1) * G, G) != ORTMEM_OK)
             break;
         r->committed--;
-        released += G;
+        reclaimed += G;
     }
-    return released;
+    return reclaimed;
 }
 
 /* ---- authority lifetime ---- */
@@ -601,7 +601,7 @@ Test(governance, holder_unregister_names_why_it_is_busy)
     EXPECT_STATUS(ortmem_grant_prepare(h, G, &g), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_lease_acquire(h, G, &l), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_holder_refund(h, 0), ORTMEM_E_HANDLE);
-    /* The lease it released is still told apart after the holder went. */
+    /* The lease it dropped is still told apart after the holder went. */
     EXPECT_STATUS(ortmem_lease_drop(l), ORTMEM_E_DOUBLE_FREE);
     cr_assert(strstr(ortmem_last_error(), "for 'unnamed' was dropped already"), "%s",
               ortmem_last_error());
@@ -681,7 +681,7 @@ Test(governance, a_lease_holds_capacity_that_only_its_holder_uses)
 
     OK(ortmem_region_destroy(rk));
     OK(ortmem_holder_refund(other, 4 * G));
-    /* A lease outlived by its authority: releasing it is a handle error. */
+    /* A lease outlived by its authority: dropping it is a handle error. */
     OK(ortmem_lease_acquire(kv, G, &l));
     OK(ortmem_authority_destroy(a));
     EXPECT_STATUS(ortmem_lease_drop(l), ORTMEM_E_HANDLE);
@@ -735,7 +735,7 @@ Test(governance, grants_prepare_commit_abort_and_refund)
     cr_assert_eq(r.available_bytes, 6 * G);
 
     /* A refused prepare changes nothing but the refusal count (and the pool
-     * holder, asked first, counts as one pressure call releasing nothing). */
+     * holder, asked first, counts as one pressure call reclaiming nothing). */
     ortmem_authority_report before;
     memset(&before, 0, sizeof before);
     before.struct_size = sizeof before;
@@ -780,7 +780,7 @@ Test(governance, grants_prepare_commit_abort_and_refund)
 static void assert_reports_equal(const ortmem_authority_report *x, const ortmem_authority_report *y)
 {
     cr_assert(memcmp(x, y, sizeof *x) == 0,
-              "reports differ: owned %llu/%llu reserved %llu/%llu refusals %llu/%llu",
+              "reports differ: owned %llu/%llu claimed %llu/%llu refusals %llu/%llu",
               (unsigned long long)x->owned_bytes, (unsigned long long)y->owned_bytes,
               (unsigned long long)x->claimed_bytes, (unsigned long long)y->claimed_bytes,
               (unsigned long long)x->refusals, (unsigned long long)y->refusals);
@@ -859,7 +859,7 @@ Test(governance, pressure_asks_the_lowest_priority_first_and_never_the_requester
     ortmem_backend *b = test_backend();
     ortmem_authority *a = authority_on(b, 8 * G, 0);
     reclaimer p5 = {.tag = "p5"}, p1 = {.tag = "p1"}, p3 = {.tag = "p3"}, req = {.tag = "req"};
-    /* Registered out of order; p1 releases nothing and is tolerated. */
+    /* Registered out of order; p1 reclaims nothing and is tolerated. */
     ortmem_holder *h5 = holder_with(a, "p5", ORTMEM_ROLE_WEIGHTS, 5, reclaim, &p5);
     ortmem_holder *h1 = holder_with(a, "p1", ORTMEM_ROLE_KV, 1, reclaim, &p1);
     ortmem_holder *h3 = holder_with(a, "p3", ORTMEM_ROLE_KV, 3, reclaim, &p3);
@@ -1023,7 +1023,7 @@ Test(governance, lowering_the_limit_asks_holders_then_holds_or_refuses_growth)
     cr_assert_eq(r.available_bytes, 0);
     cr_assert_eq(stats_of(b).owned_bytes, 4 * G);
 
-    /* Nobody releases: the limit is committed but does not hold. */
+    /* Nobody reclaims: the limit is applied but is not met. */
     rec.give_nothing = 1;
     OK(ortmem_authority_set_limit(a, 2 * G, &out));
     cr_assert_eq(out.old_limit_bytes, 4 * G);

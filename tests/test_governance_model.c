@@ -1,8 +1,8 @@
 /* A reference model of the governance ledger, checked against the real one
  * after every operation of long random sequences: grants (prepare, partial
- * commit, abort), refunds, leases, region commit/decommit/create/destroy under
+ * charge, abort), refunds, leases, region commit/decommit/create/destroy under
  * holder accounts, pressure callbacks that decommit their own regions or
- * release nothing, limit changes, and deferred decommits whose fences are
+ * reclaim nothing, limit changes, and decommits retired after fences that are
  * signalled later, all over a fault-injecting backend.
  *
  * The model predicts every status. Backend faults cannot be predicted, so a
@@ -14,8 +14,8 @@
  * granule states (owned = mapped = grant-charged bytes + one granule per mapped
  * granule), and the quarantine holder must hold exactly what the backend
  * reports as quarantined. Pressure is predicted as well (which holders are
- * asked, in which order, for how much), and owned + reserved never passes the
- * limit through a reservation. */
+ * asked, in which order, for how much), and owned + claimed never passes the
+ * limit through a hold. */
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -36,7 +36,7 @@ enum slot { S_UNMAPPED = ORTMEM_GRANULE_UNMAPPED, S_MAPPED, S_POISONED };
 typedef enum policy {
     P_NONE,     /* not reclaimable */
     P_DECOMMIT, /* decommits its own granules, one at a time */
-    P_STINGY,   /* reclaimable, but releases 0 */
+    P_STINGY,   /* reclaimable, but reclaims 0 */
     P_REFUND,   /* refunds grant-charged bytes first, then decommits */
 } policy;
 
@@ -181,7 +181,7 @@ static uint64_t used(void)
     return u;
 }
 
-/* A reservation fits if the footprint does not grow or used stays <= limit. */
+/* A hold fits if the footprint does not grow or used stays <= limit. */
 static bool fits(int k, uint64_t extra)
 {
     uint64_t old = footprint(&M->h[k], 0), grown = footprint(&M->h[k], extra);
@@ -255,7 +255,7 @@ static void check_all(void)
                (unsigned long long)hr->owned_bytes, (unsigned long long)o);
         MCHECK(hr->mapped_bytes == o, "%s mapped %llu, model %llu", mh->name,
                (unsigned long long)hr->mapped_bytes, (unsigned long long)o);
-        MCHECK(hr->held_bytes == held_of(mh), "%s reserved %llu, model %llu", mh->name,
+        MCHECK(hr->held_bytes == held_of(mh), "%s held %llu, model %llu", mh->name,
                (unsigned long long)hr->held_bytes, (unsigned long long)held_of(mh));
         MCHECK(hr->leased_bytes == leased_of(mh), "%s leased %llu, model %llu", mh->name,
                (unsigned long long)hr->leased_bytes, (unsigned long long)leased_of(mh));
@@ -279,7 +279,7 @@ static void check_all(void)
     MCHECK(rep.mapped_bytes == mapped, "mapped %llu, model %llu",
            (unsigned long long)rep.mapped_bytes, (unsigned long long)mapped);
     uint64_t u = used();
-    MCHECK(rep.owned_bytes + rep.claimed_bytes == u, "owned + reserved %llu, model used %llu",
+    MCHECK(rep.owned_bytes + rep.claimed_bytes == u, "owned + claimed %llu, model used %llu",
            (unsigned long long)(rep.owned_bytes + rep.claimed_bytes), (unsigned long long)u);
     MCHECK(rep.available_bytes == (u < M->limit ? M->limit - u : 0), "available %llu",
            (unsigned long long)rep.available_bytes);
@@ -289,7 +289,7 @@ static void check_all(void)
     MCHECK(rep.refusals == M->n_budget, "%llu refusals, model %llu",
            (unsigned long long)rep.refusals, (unsigned long long)M->n_budget);
     MCHECK(rep.pressure_reclaimed_bytes == M->pressure_reclaimed,
-           "pressure released %llu, the callbacks reported %llu",
+           "pressure reclaimed %llu, the callbacks reported %llu",
            (unsigned long long)rep.pressure_reclaimed_bytes,
            (unsigned long long)M->pressure_reclaimed);
     /* The backend knows what regions map; grants cover memory mapped elsewhere. */
@@ -335,7 +335,7 @@ static void pressure_done(void)
 {
     episode *ep = &M->ep;
     MCHECK(ep->idx == ep->n || ep->reclaimed >= ep->want,
-           "pressure stopped after %d of %d holders with %llu of %llu released", ep->idx, ep->n,
+           "pressure stopped after %d of %d holders with %llu of %llu reclaimed", ep->idx, ep->n,
            (unsigned long long)ep->reclaimed, (unsigned long long)ep->want);
     ep->active = false;
 }
@@ -635,7 +635,7 @@ static void op_set_limit(void)
         pressure_done();
     MSTATUS(st, ORTMEM_OK);
     MCHECK(out.old_limit_bytes == M->limit && out.new_limit_bytes == limit, "outcome limits");
-    MCHECK(out.reclaimed_bytes == reclaimed, "reclaimed %llu, callbacks released %llu",
+    MCHECK(out.reclaimed_bytes == reclaimed, "reclaimed %llu, callbacks reclaimed %llu",
            (unsigned long long)out.reclaimed_bytes, (unsigned long long)reclaimed);
     M->limit = limit;
     MCHECK(out.charged_bytes == used(), "charged %llu, model %llu",
@@ -691,7 +691,7 @@ static void op_fence(void)
     f->f = NULL;
 }
 
-/* Poll (or a drain that does not wait): the releases whose fences completed
+/* Poll (or a drain that does not wait): the retirements whose fences completed
  * are carried out; each either left (every mapped granule unmapped: completed
  * or quarantined) or failed (nothing unmapped; restore failures quarantined). */
 static void op_poll(bool drain)
@@ -721,13 +721,13 @@ static void op_poll(bool drain)
                 sel++;
                 unmapped += now == S_UNMAPPED;
             } else {
-                MCHECK(now == before[j][i], "granule %zu outside the release changed", i);
+                MCHECK(now == before[j][i], "granule %zu outside the retirement changed", i);
             }
             mr->slot[i] = now;
             mr->pending[i] = false;
         }
-        MCHECK(unmapped == 0 || unmapped == sel, "a release unmapped %zu of %zu granules", unmapped,
-               sel);
+        MCHECK(unmapped == 0 || unmapped == sel, "a retirement unmapped %zu of %zu granules",
+               unmapped, sel);
         if (unmapped == sel) {
             left++;
             left_bytes += d.n * G;
@@ -746,11 +746,11 @@ static void op_poll(bool drain)
            (unsigned long long)rr.failed, left, failed);
     MCHECK(rr.pending == M->nd, "pending %llu, model %zu", (unsigned long long)rr.pending, M->nd);
     if (rr.quarantined)
-        MCHECK(M->q_owned > q, "releases quarantined but the quarantine did not grow");
+        MCHECK(M->q_owned > q, "retirements quarantined but the quarantine did not grow");
     if (M->q_owned > q)
-        MCHECK(rr.quarantined + rr.failed > 0, "the quarantine grew but no release says so");
+        MCHECK(rr.quarantined + rr.failed > 0, "the quarantine grew but no retirement says so");
     if (!rr.quarantined)
-        MCHECK(rr.decommitted_bytes == left_bytes, "released %llu, model %llu",
+        MCHECK(rr.decommitted_bytes == left_bytes, "decommitted %llu, model %llu",
                (unsigned long long)rr.decommitted_bytes, (unsigned long long)left_bytes);
     if (drain && M->nd)
         MSTATUS(st, ORTMEM_E_TIMEOUT);
@@ -860,7 +860,7 @@ static void run_model(uint64_t seed)
         uint64_t q = m.q_owned;
         step();
         check_all();
-        /* Nothing goes over the limit through a reservation: used grows past
+        /* Nothing goes over the limit through a hold: used grows past
          * it only by memory that was quarantined in this very step. */
         uint64_t u = used(), was = before.owned_bytes + before.claimed_bytes;
         MCHECK(u <= max64(m.limit, was) + (m.q_owned - q),

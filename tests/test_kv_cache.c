@@ -3,7 +3,7 @@
  * stable growth that moves nothing against bucket growth that copies the live
  * prefix, data written through the bindings surviving growth, fork,
  * copy-on-write, truncate and swap, fork sharing, budget refusals, the prefix
- * cache and its release under pressure, the zero tail, the auto strategy, bad
+ * cache and its eviction under pressure, the zero tail, the auto strategy, bad
  * input, and a fault-injection sweep over a KV workload. Every assertion is on
  * bytes and counters. */
 #include <stdio.h>
@@ -756,7 +756,7 @@ static void swap_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy)
     OK(ortmem_kv_seq_swap_out(q->s));
     ortmem_kv_stats st = kv_stats(t.cache);
     cr_assert_eq(st.swaps_out, 1);
-    cr_assert_eq(st.committed_bytes, theirs, "%s: the device granules are released", what);
+    cr_assert_eq(st.committed_bytes, theirs, "%s: the device granules are decommitted", what);
     cr_assert_eq(owned_of(t.authority, "kv"), theirs);
     cr_assert_eq(stats_of(t.backend).owned_bytes, theirs);
     cr_assert_eq(stats_of(t.backend).mapped_bytes, theirs);

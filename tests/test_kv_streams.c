@@ -291,7 +291,7 @@ Test(kv_streams, swap_waits_for_its_stream_before_releasing_either_side)
     OK(ortmem_kv_seq_append(s, 1000));
     tokens_pass(s, 0, 1000, ROW_BYTES, 0);
     OK(ortmem_kv_seq_swap_out(s));
-    cr_assert_eq(e.state.events, 1, "one event orders the device release after the copies");
+    cr_assert_eq(e.state.events, 1, "one event orders the device decommit after the copies");
     cr_assert_eq(e.state.done, e.state.queued, "swap-out returned after its copies ran");
     cr_assert_gt(e.state.queued, 1, "one copy per fragment");
     OK(ortmem_kv_seq_swap_in(s));

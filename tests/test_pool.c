@@ -1,4 +1,4 @@
-/* The physical pool: reuse across regions, the byte cap, trim and reserve. */
+/* The physical pool: reuse across regions, the byte cap, trim and fill. */
 #include "support.h"
 
 #define G TEST_GRANULE

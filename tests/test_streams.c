@@ -1,5 +1,5 @@
 /* Streams and events through the backend seam: the CPU backend's synchronous
- * async primitives, the ledger's counts, event tracking (foreign and released
+ * async primitives, the ledger's counts, event tracking (foreign and destroyed
  * events never reach a backend), the fault-injection wrapper forwarding and
  * failing each new operation, and backends that lack the optional slots. */
 #include <pthread.h>
@@ -151,7 +151,7 @@ static ortmem_backend *fault_on(ortmem_backend *inner, ortmem_backend_op op, uin
     return f;
 }
 
-/* Calls op once through b; ev is a live event for query and release. */
+/* Calls op once through b; ev is a live event for query and destroy. */
 static ortmem_status call_op(ortmem_backend *b, ortmem_backend_op op, uint8_t *mem, uint64_t ev)
 {
     uint64_t out;
@@ -192,7 +192,7 @@ Test(streams, fault_backend_forwards_and_fails_each_new_operation)
                      ortmem_backend_op_name(op));
         cr_assert_eq(stats_of(f).failures[op], 1);
 
-        /* The second is forwarded. A failed release left the event live. */
+        /* The second is forwarded. A failed destroy left the event live. */
         OK(call_op(f, op, mem, ev));
         cr_assert_eq(stats_of(cpu).calls[op], inner_before.calls[op] + 1);
         uint64_t calls = 0, injected = 0;
@@ -237,7 +237,7 @@ Test(streams, fault_backend_with_probability_fails_some_async_copies)
 /* ---- custom backends with and without the slots ---- */
 
 typedef struct counting_backend {
-    int releases;
+    int destroys;
     int destroyed;
 } counting_backend;
 
@@ -316,7 +316,7 @@ static ortmem_status cb_event_query(void *self, uint64_t event)
 static ortmem_status cb_event_destroy(void *self, uint64_t event)
 {
     (void)event;
-    ((counting_backend *)self)->releases++;
+    ((counting_backend *)self)->destroys++;
     return ORTMEM_OK;
 }
 static void cb_destroy(void *self)
@@ -383,7 +383,7 @@ Test(streams, an_older_vtable_has_no_stream_slots)
     uint64_t ev;
     EXPECT_STATUS(ortmem_backend_event_record(b, 0, &ev), ORTMEM_E_UNSUPPORTED);
     OK(ortmem_backend_destroy(b));
-    cr_assert_eq(state.releases, 0);
+    cr_assert_eq(state.destroys, 0);
 }
 
 Test(streams, pending_is_busy_and_live_events_are_destroyed_with_the_backend)
@@ -406,9 +406,9 @@ Test(streams, pending_is_busy_and_live_events_are_destroyed_with_the_backend)
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_QUERY], 4);
     cr_assert_eq(s.failures[ORTMEM_OP_EVENT_QUERY], 0, "pending is an answer, not a failure");
     OK(ortmem_backend_event_destroy(b, ev[0]));
-    cr_assert_eq(state.releases, 1);
+    cr_assert_eq(state.destroys, 1);
     OK(ortmem_backend_destroy(b));
-    cr_assert_eq(state.releases, 4, "the three live events were released at destroy");
+    cr_assert_eq(state.destroys, 4, "the three live events were destroyed with the backend");
 }
 
 /* ---- threads ---- */

@@ -1,5 +1,5 @@
 /* Tickets (waiting for capacity: priority, FIFO, aging, cancel, the
- * timeout/grant race) and deferred, fence-ordered release (decommit and arena
+ * timeout/grant race) and retirement, fence-ordered (decommit and arena
  * free after a fence, poll, drain, failed and quarantined outcomes, lifetimes).
  * Sizes are in units of one 64 KiB granule; the issue's scenario (tickets of
  * 10 and 8 GB under a full budget) keeps its proportions with a 20-unit limit. */
@@ -147,7 +147,7 @@ Test(tickets, the_issue_scenario_grants_exactly_one_and_nobody_steals_it)
     cr_assert_eq(r.tickets_waiting, 2);
     cr_assert_eq(r.claimed_bytes, 0);
 
-    /* A release of 12 grants exactly the 10-unit ticket, charged before anyone wakes. */
+    /* A refund of 12 grants exactly the 10-unit ticket, charged before anyone wakes. */
     OK(ortmem_holder_refund(filler, 12 * U));
     r = report_of(&g);
     cr_assert_eq(r.owned_bytes, 8 * U);
@@ -175,7 +175,7 @@ Test(tickets, the_issue_scenario_grants_exactly_one_and_nobody_steals_it)
     ortmem_grant *again = NULL;
     EXPECT_STATUS(ortmem_ticket_wait(t10, 0, &again), ORTMEM_E_HANDLE);
 
-    /* A further release of 6 grants the 8-unit ticket. */
+    /* A further refund of 6 grants the 8-unit ticket. */
     OK(ortmem_holder_refund(filler, 6 * U));
     ortmem_grant *g8 = poll_ticket(t8);
     cr_assert_not_null(g8);
@@ -528,10 +528,10 @@ Test(tickets, a_timeout_racing_a_grant_has_exactly_one_winner)
         atomic_store(&go, 1);
         pthread_join(tw, NULL);
         pthread_join(tr, NULL);
-        /* The refund always grants the ticket: the capacity is reserved to it
+        /* The refund always grants the ticket: the budget is held for it
          * exactly once, whichever way the race went. */
         ortmem_authority_report r = report_of(&g);
-        cr_assert_eq(r.claimed_bytes, 4 * U, "iteration %d: reserved %llu", i,
+        cr_assert_eq(r.claimed_bytes, 4 * U, "iteration %d: claimed %llu", i,
                      (unsigned long long)r.claimed_bytes);
         cr_assert_eq(r.available_bytes, 0);
         cr_assert_eq(r.tickets_waiting, 0);
@@ -622,7 +622,7 @@ Test(tickets, a_cancel_racing_a_grant_has_exactly_one_winner)
                       "iteration %d: %s", i, ortmem_status_str(w.status));
             cr_assert_null(w.grant);
             cr_assert_eq(cn.status, ORTMEM_OK, "iteration %d: %s", i, ortmem_status_str(cn.status));
-            cr_assert_eq(r.claimed_bytes, 0, "iteration %d: reserved %llu", i,
+            cr_assert_eq(r.claimed_bytes, 0, "iteration %d: claimed %llu", i,
                          (unsigned long long)r.claimed_bytes);
         }
         r = report_of(&g);
@@ -678,7 +678,7 @@ Test(retire, decommit_after_keeps_memory_until_the_fence_is_signalled_and_polled
     cr_assert_eq(rep.retirements_pending, 1);
     cr_assert_eq(rep.owned_bytes, 4 * G);
     cr_assert_eq(rep.mapped_bytes, 4 * G);
-    /* Poll before the signal releases nothing. */
+    /* Poll before the signal retires nothing. */
     ortmem_retire_report rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.pending, 1);
@@ -894,7 +894,7 @@ Test(retire, drain_waits_for_the_others_when_one_retirement_fails)
     OK(ortmem_fence_create(&later));
     OK(ortmem_region_decommit_after(gone, 0, 2 * G, done));
     OK(ortmem_region_decommit_after(r, 0, 2 * G, later));
-    /* The first release's region goes before its fence completes: it fails. */
+    /* The first retirement's region goes before its fence completes: it fails. */
     OK(ortmem_region_destroy(gone));
     OK(ortmem_fence_signal(done));
     signaller sg = {later, 30};
@@ -905,7 +905,7 @@ Test(retire, drain_waits_for_the_others_when_one_retirement_fails)
     pthread_join(th, NULL);
     cr_assert_eq(st, ORTMEM_E_HANDLE, "%s: %s", ortmem_status_str(st), ortmem_last_error());
     cr_assert_eq(rr.failed, 1);
-    cr_assert_eq(rr.completed, 1, "drain returned with the other release still pending");
+    cr_assert_eq(rr.completed, 1, "drain returned with the other retirement still pending");
     cr_assert_eq(rr.pending, 0);
     cr_assert_eq(report_of(&g).owned_bytes, 0);
     OK(ortmem_fence_destroy(done));
@@ -941,7 +941,7 @@ Test(retire, a_failed_unmap_at_retire_time_is_reported_failed_and_changes_nothin
     cr_assert(strstr(ortmem_last_error(), "failed and changed nothing"), "%s", ortmem_last_error());
     cr_assert_eq(rr.failed, 1);
     cr_assert_eq(rr.completed + rr.quarantined, 0);
-    cr_assert_eq(rr.pending, 0, "a failed release is reported, not retried");
+    cr_assert_eq(rr.pending, 0, "a failed retirement is reported, not retried");
     ortmem_holder_report hr = holder_report(&g, "kv");
     cr_assert_eq(hr.owned_bytes, 4 * G);
     cr_assert_eq(hr.mapped_bytes, 4 * G);
@@ -952,7 +952,7 @@ Test(retire, a_failed_unmap_at_retire_time_is_reported_failed_and_changes_nothin
     for (size_t i = 0; i < 4; i++)
         cr_assert_eq(granule_info(r, i * G).state, ORTMEM_GRANULE_MAPPED);
     cr_assert_eq(holder_report(&g, "quarantine").owned_bytes, 0);
-    /* The memory is intact and can be released again. */
+    /* The memory is intact and can be decommitted again. */
     OK(ortmem_region_decommit(r, 0, 4 * G));
     cr_assert_eq(report_of(&g).owned_bytes, 0);
     OK(ortmem_fence_destroy(f));
@@ -1008,7 +1008,7 @@ Test(retire, fence_holder_and_authority_stay_while_a_retirement_waits)
     ortmem_region *r = region_for(&g, h, 2 * G);
     ortmem_fence *f = NULL;
     OK(ortmem_fence_create(&f));
-    /* Nothing committed: once the region goes, only the pending release
+    /* Nothing committed: once the region goes, only the pending retirement
      * keeps the holder. */
     OK(ortmem_region_decommit_after(r, 0, 2 * G, f));
     OK(ortmem_region_destroy(r));
@@ -1021,7 +1021,7 @@ Test(retire, fence_holder_and_authority_stay_while_a_retirement_waits)
     /* The fence is still usable after the refused destroy. */
     OK(ortmem_fence_signal(f));
     ortmem_retire_report rr = retire_report();
-    /* The region went first: the release is reported failed. */
+    /* The region went first: the retirement is reported failed. */
     EXPECT_STATUS(ortmem_authority_poll(g.authority, &rr), ORTMEM_E_HANDLE);
     cr_assert_eq(rr.failed, 1);
     cr_assert_eq(rr.pending, 0);
@@ -1032,7 +1032,7 @@ Test(retire, fence_holder_and_authority_stay_while_a_retirement_waits)
 
 /* An event fence asks the backend about an event recorded on a stream: on
  * the CPU backend the work before it is done at once, so the next poll
- * releases; the event is recorded, queried and released through the backend. */
+ * retirements; the event is recorded, queried and destroyed through the backend. */
 Test(retire, an_event_fence_lets_retirement_run_once_its_stream_event_completed)
 {
     gov g = gov_new(20, 0);

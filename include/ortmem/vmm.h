@@ -94,7 +94,7 @@ typedef struct ortmem_backend_ops {
     /* ---- Optional stream-ordered slots (NULL = ORTMEM_E_UNSUPPORTED). A stream
      * is the engine's own stream handle as an integer (a CUstream on CUDA);
      * 0 is the backend's default stream (CUDA's legacy default stream). An
-     * event is a value the backend hands out; the caller releases it. */
+     * event is a value the backend hands out; the caller destroys it. */
     /* Enqueues a copy of size bytes (any size) between addresses the backend
      * reaches; returns once enqueued. */
     ortmem_status (*copy_async)(void *self, uintptr_t dst, uintptr_t src, size_t size,
@@ -106,7 +106,7 @@ typedef struct ortmem_backend_ops {
     ortmem_status (*event_record)(void *self, uint64_t stream, uint64_t *event);
     /* ORTMEM_OK once the event completed, ORTMEM_E_BUSY while it is pending. */
     ortmem_status (*event_query)(void *self, uint64_t event);
-    /* Releases an event (pending or not); it is never named again. */
+    /* Destroys an event (pending or not); it is never named again. */
     ortmem_status (*event_destroy)(void *self, uint64_t event);
 } ortmem_backend_ops;
 
@@ -169,10 +169,10 @@ ORTMEM_API ortmem_status ortmem_backend_visit(
  * ORTMEM_E_UNSUPPORTED when the backend lacks the slot. stream: the engine's
  * stream (a CUstream cast to an integer on CUDA), 0 = the default stream. The
  * CPU backend works synchronously and its events complete at once. Events
- * are tracked per backend handle: querying or releasing a value this backend
- * did not hand out (or already released) is ORTMEM_E_NOT_FOUND and never
+ * are tracked per backend handle: querying or destroying a value this backend
+ * did not hand out (or already destroyed) is ORTMEM_E_NOT_FOUND and never
  * reaches the driver; events still live at ortmem_backend_destroy are
- * released then. Thread-safe. */
+ * destroyed then. Thread-safe. */
 ORTMEM_API ortmem_status ortmem_backend_copy_async(ortmem_backend *backend, void *dst,
                                                    const void *src, size_t len, uint64_t stream);
 ORTMEM_API ortmem_status ortmem_backend_memset_async(ortmem_backend *backend, void *dst, int value,
@@ -322,7 +322,7 @@ typedef struct ortmem_vmm_stats {
     uint64_t quarantined_mapped_bytes; /* mappings whose unmap failed */
     uint64_t quarantined_granules;
     uint64_t leaked_va_bytes; /* VA left reserved on purpose because granules stayed */
-    uint64_t pool_bytes;      /* owned bytes held by the pool, mapped nowhere */
+    uint64_t pool_bytes;      /* owned bytes kept by the pool, mapped nowhere */
     uint64_t pool_cap_bytes;
     uint64_t pool_hits;
     uint64_t pool_misses;
@@ -356,18 +356,18 @@ typedef struct ortmem_account {
     /* Optional: the content the caller asked for changed by delta bytes. */
     void (*requested)(void *self, int64_t delta_bytes);
     /* Optional pair: vmm keeps a copy of the account (a region, an arena, a
-     * granule it owns) between retain and release, so the implementation can
+     * granule it owns) between retain and unretain, so the implementation can
      * refuse to go away while copies remain. */
     void (*retain)(void *self);
     void (*unretain)(void *self);
-    /* Optional: a reservation of owned/mapped bytes was refused; make room
-     * (ask holders to release) and return the bytes released. vmm calls it
+    /* Optional: a hold of owned/mapped bytes was refused; make room
+     * (ask holders to reclaim) and return the bytes reclaimed. vmm calls it
      * with none of its locks held and then tries once more, so the
      * implementation's callbacks may use any region or arena. */
     uint64_t (*relieve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
 } ortmem_account;
 
-/* Accounts for memory the backend itself holds: granules in the pool, and
+/* Accounts for memory the backend itself keeps: granules in the pool, and
  * quarantined granules (with their stuck mappings). Either may be NULL; both
  * NULL clears. Bytes already pooled or quarantined move to the new accounts.
  * ORTMEM_E_STATE when accounts are set already. */
@@ -376,13 +376,13 @@ ORTMEM_API ortmem_status ortmem_backend_set_accounts(ortmem_backend *backend,
                                                      const ortmem_account *quarantine);
 
 /* ---- Physical pool ----------------------------------------------------------
- * Granules released by regions are kept (still owned, pages allocated) up to a
+ * Granules that regions decommit are kept (still owned, pages allocated) up to a
  * byte cap and reused by the next commit on the same backend. Default cap 0. */
 ORTMEM_API ortmem_status ortmem_pool_set_cap(ortmem_backend *backend, size_t cap_bytes);
 /* Releases pooled granules until at most keep_bytes stay; reports bytes released. */
 ORTMEM_API ortmem_status ortmem_pool_trim(ortmem_backend *backend, size_t keep_bytes,
                                           size_t *released_bytes);
-/* Creates granules into the pool until it holds bytes (at most the cap). */
+/* Creates granules into the pool until it keeps bytes (at most the cap). */
 ORTMEM_API ortmem_status ortmem_pool_fill(ortmem_backend *backend, size_t bytes);
 
 /* ---- Regions ----------------------------------------------------------------*/
@@ -426,7 +426,7 @@ typedef struct ortmem_range {
     size_t length;
 } ortmem_range;
 
-/* As ortmem_region_commit over several ranges at once: one reservation, one
+/* As ortmem_region_commit over several ranges at once: one hold, one
  * set-access per contiguous run of new granules, all or nothing. */
 ORTMEM_API ortmem_status ortmem_region_commit_ranges(ortmem_region *region,
                                                      const ortmem_range *ranges, size_t count);

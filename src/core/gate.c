@@ -237,7 +237,7 @@ ortmem_status ortmem_capture_end(void)
         pthread_cond_broadcast(&om_capture_cv);
     pthread_cond_broadcast(&om_shared_cv);
     pthread_mutex_unlock(&om_gate_lock);
-    /* Gate released: run what was deferred, in order, on this thread. */
+    /* Gate left: run what was deferred, in order, on this thread. */
     while (items) {
         om_deferred_call *next = items->next;
         void (*fn)(void *) = items->fn;

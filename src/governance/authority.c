@@ -178,7 +178,7 @@ ortmem_status om_take_hold(ortmem_authority *a, ortmem_holder *h, uint64_t owned
     ortmem_status st =
         unasked ? OM_ERR(ORTMEM_E_NOMEM,
                          "%s: holder '%s' requested %llu bytes beyond what is available, and "
-                         "no holder could be asked to release (no memory for the list of %zu "
+                         "no holder could be asked to reclaim (no memory for the list of %zu "
                          "holders)",
                          what, h->name, (unsigned long long)owned_bytes, a->holder_count)
                 : om_refuse_locked(a, h, owned_bytes, mapped_bytes, what);
@@ -239,18 +239,18 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
             asked[j - 1] = t;
         }
     }
-    uint64_t released = 0;
+    uint64_t reclaimed = 0;
     for (size_t i = 0; i < n; i++) {
         ortmem_holder *h = asked[i];
         uint64_t got = 0;
-        if (released < want_bytes) {
+        if (reclaimed < want_bytes) {
             om_pressure_depth++;
-            got = h->on_pressure(h->user, want_bytes - released);
+            got = h->on_pressure(h->user, want_bytes - reclaimed);
             om_pressure_depth--;
-            released += got;
+            reclaimed += got;
         }
         pthread_mutex_lock(&a->lock);
-        if (got || released < want_bytes) {
+        if (got || reclaimed < want_bytes) {
             a->pressure_calls++;
             a->pressure_reclaimed += got;
         }
@@ -259,7 +259,7 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
         om_handle_unpin(&h->hdr);
     }
     om_free(asked);
-    return released;
+    return reclaimed;
 }
 
 /* ---- the built-in pool holder ---- */

@@ -3,7 +3,7 @@
  *
  * Capacity: a holder's footprint is max(owned + held_owned, leased); the
  * authority's used bytes are the sum of footprints and never exceed the limit
- * through a reservation (adoptions of memory that already exists may). */
+ * through a hold (adoptions of memory that already exists may). */
 #ifndef ORTMEM_SRC_GOVERNANCE_AUTHORITY_H
 #define ORTMEM_SRC_GOVERNANCE_AUTHORITY_H
 
@@ -36,7 +36,7 @@ struct ortmem_holder {
 struct ortmem_lease {
     om_handle hdr;
     ortmem_authority *authority;
-    ortmem_holder *holder; /* dangling once released: the holder may be gone */
+    ortmem_holder *holder; /* dangling once dropped: the holder may be gone */
     char holder_name[64];  /* for the double-free detail */
     uint64_t bytes;
     bool dropped; /* kept until the authority goes, so a second drop is a double free */
@@ -69,7 +69,7 @@ struct ortmem_authority {
     ortmem_lease *leases;
     ortmem_ticket *tickets; /* queue, in arrival order */
     uint64_t ticket_seq;
-    om_retirement *retirements; /* pending fence-ordered releases */
+    om_retirement *retirements; /* pending fence-ordered decommits and frees */
     uint64_t retirement_count;
 };
 
@@ -91,9 +91,9 @@ bool om_fits_locked(const ortmem_authority *a, const ortmem_holder *h, uint64_t 
 uint64_t om_shortfall_locked(const ortmem_authority *a, const ortmem_holder *h,
                              uint64_t owned_bytes, uint64_t mapped_bytes);
 
-/* Reserves for h, asking reclaimable holders to release when short (unless
+/* Takes a hold for h, asking reclaimable holders to reclaim when short (unless
  * pressure is false or the thread is inside a pressure callback). Takes and
- * releases the lock itself; refusals are ORTMEM_E_BUDGET with the numbers. */
+ * unlocks the lock itself; refusals are ORTMEM_E_BUDGET with the numbers. */
 ortmem_status om_take_hold(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
                            uint64_t mapped_bytes, bool pressure, const char *what);
 /* Caller holds the lock. */
@@ -101,7 +101,7 @@ void om_unhold_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned_byte
                       uint64_t mapped_bytes);
 
 /* Asks reclaimable holders (lowest priority first, skipping exclude) to
- * release until want_bytes came back or everyone was asked once. Called
+ * reclaim until want_bytes came back or everyone was asked once. Called
  * without the lock. Returns the bytes the callbacks reported. */
 uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, uint64_t want_bytes);
 
@@ -115,7 +115,7 @@ void om_capacity_freed_locked(ortmem_authority *a);
 /* Tickets (ticket.c). */
 void om_tickets_serve_locked(ortmem_authority *a);
 
-/* Grants (grant.c): a grant handle over an already applied reservation. */
+/* Grants (grant.c): a grant handle over an already taken hold. */
 ortmem_status om_grant_new(ortmem_holder *h, uint64_t bytes, ortmem_grant **out);
 
 /* Whether the calling thread is inside a pressure callback. */

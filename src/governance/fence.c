@@ -1,7 +1,7 @@
 /* Fences: a signalled fence completes when signalled (the CPU backend's
  * kind); a query fence asks the engine (which tracks its own streams) through
  * a callback; an event fence asks the backend whether an event recorded on a
- * stream completed, so a release waits for that stream and never for the
+ * stream completed, so a retirement waits for that stream and never for the
  * whole device. */
 #include <stdio.h>
 
@@ -77,7 +77,7 @@ ortmem_status ortmem_fence_create_event(ortmem_backend *backend, uint64_t stream
     ortmem_fence *f = NULL;
     st = om_fence_new(om_event_done, NULL, &f);
     if (st != ORTMEM_OK) {
-        /* The release clears the thread's detail: keep the fence's. */
+        /* Destroying the event clears the thread's detail: keep the fence's. */
         char detail[256];
         snprintf(detail, sizeof detail, "%s", ortmem_last_error());
         (void)ortmem_backend_event_destroy(backend, event);
@@ -153,7 +153,7 @@ ortmem_status ortmem_fence_destroy(ortmem_fence *f)
         om_handle_unpin(&f->hdr);
         return st;
     }
-    /* A release may have been tied to it while the pins drained. */
+    /* A retirement may have been tied to it while the pins drained. */
     if ((pending = atomic_load(&f->pending)) != 0) {
         om_handle_revive(&f->hdr);
         om_handle_unpin(&f->hdr);

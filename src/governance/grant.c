@@ -1,4 +1,4 @@
-/* Growth grants: prepare reserves, commit charges what was really used,
+/* Growth grants: prepare takes a hold, charge charges what was really used,
  * abort rolls back. Also the all-or-nothing prepare over several holders. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +74,7 @@ ortmem_status ortmem_grant_charge(ortmem_grant *g, uint64_t actual_bytes)
     ortmem_holder *h = g->holder;
     ortmem_authority *a = h->authority;
     pthread_mutex_lock(&a->lock);
-    /* The used part turns from reserved to charged; the rest is refunded. */
+    /* The used part turns from held to charged; the rest is unheld. */
     h->held_owned -= g->bytes < h->held_owned ? g->bytes : h->held_owned;
     h->held_mapped -= g->bytes < h->held_mapped ? g->bytes : h->held_mapped;
     a->mapped_used -= g->bytes - actual_bytes;
@@ -203,7 +203,7 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
     }
     if (st != ORTMEM_OK && made) {
         /* Bookkeeping failed part way (at claim made - 1): abort what was
-         * made, drop the reservations of the rest, the failed one included.
+         * made, unhold the rest, the failed one included.
          * The aborts clear the thread's detail: keep the failure's. */
         char detail[256];
         snprintf(detail, sizeof detail, "%s", ortmem_last_error());

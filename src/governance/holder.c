@@ -146,7 +146,7 @@ ortmem_status ortmem_holder_unregister(ortmem_holder *h)
 
 /* ---- the account ---- */
 
-/* vmm calls reserve with its locks held: no pressure here (a callback could
+/* vmm calls hold with its locks held: no pressure here (a callback could
  * wait for those very locks); vmm calls relieve once it dropped them. */
 static ortmem_status acct_hold(void *self, uint64_t owned, uint64_t mapped)
 {

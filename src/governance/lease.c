@@ -1,5 +1,5 @@
-/* Leases: standing claims on capacity. A released lease stays registered as a
- * tombstone until its authority goes, so a second release is told apart
+/* Leases: standing claims on budget. A dropped lease stays registered as a
+ * tombstone until its authority goes, so a second drop is told apart
  * (ORTMEM_E_DOUBLE_FREE) from a lease of a destroyed authority (ORTMEM_E_HANDLE). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +44,7 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
         return st;
     }
     pthread_mutex_lock(&a->lock);
-    /* The footprint grows from max(owned + reserved, leased) to the same with
+    /* The footprint grows from max(owned + held, leased) to the same with
      * the new lease; only that growth needs room. */
     uint64_t charged = h->owned + h->held_owned;
     uint64_t grown = h->leased + bytes > charged ? h->leased + bytes : charged;
@@ -75,7 +75,7 @@ ortmem_status ortmem_lease_drop(ortmem_lease *l)
     ortmem_status st = om_handle_pin(l, OM_KIND_LEASE, "lease drop");
     if (st != ORTMEM_OK)
         return st;
-    /* A released lease's holder may have unregistered since: only the
+    /* A dropped lease's holder may have unregistered since: only the
      * authority (which keeps the tombstone) is safe to reach. */
     ortmem_authority *a = l->authority;
     pthread_mutex_lock(&a->lock);

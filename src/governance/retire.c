@@ -1,6 +1,6 @@
-/* Deferred (fence-ordered) release: the memory stays mapped and charged until
- * the fence completes; poll and drain carry the release out then. The region
- * or arena must outlive its pending releases (a release whose handle is gone
+/* Retirement (a fence-ordered decommit or arena free): the memory stays mapped
+ * and charged until the fence completes; poll and drain carry the retirement
+ * out then. The region or arena must outlive its pending retirements (one whose handle is gone
  * by then is reported failed). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,11 +139,11 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_retire_report *r
     ortmem_status first_failure = ORTMEM_OK;
     om_error_saved first_error = {""};
     bool *done = taken ? om_calloc(taken, sizeof *done) : NULL;
-    /* Without the lists nothing is carried out: every release stays pending. */
+    /* Without the lists nothing is carried out: every retirement stays pending. */
     if (n && (!mine || !done)) {
         first_failure = ORTMEM_E_NOMEM;
         snprintf(first_error.detail, sizeof first_error.detail,
-                 "no memory for the list of %zu releases", n);
+                 "no memory for the list of %zu retirements", n);
     }
     for (size_t i = 0; done && i < taken; i++) {
         om_retirement *d = mine[i];
@@ -192,7 +192,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_retire_report *r
         return OM_ERR(first_failure, "authority poll: %s; nothing changed", first_error.detail);
     if (first_failure != ORTMEM_OK)
         return OM_ERR(first_failure,
-                      "authority poll: %llu releases failed and changed nothing; first: %s",
+                      "authority poll: %llu retirements failed and changed nothing; first: %s",
                       (unsigned long long)r.failed, first_error.detail);
     return ORTMEM_OK;
 }
@@ -218,7 +218,7 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
         total.failed += r.failed;
         total.decommitted_bytes += r.decommitted_bytes;
         total.pending = r.pending;
-        /* A failed release is reported and the others are waited for; only a
+        /* A failed retirement is reported and the others are waited for; only a
          * poll that could not run at all (bad handle or report) ends early. */
         if ((st != ORTMEM_OK && r.failed == 0) || r.pending == 0)
             break;
@@ -227,7 +227,7 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
             (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
         if (timeout_ms >= 0 && waited >= timeout_ms) {
             st = OM_ERR(ORTMEM_E_TIMEOUT,
-                        "authority drain: %llu releases still pending after %lld ms",
+                        "authority drain: %llu retirements still pending after %lld ms",
                         (unsigned long long)r.pending, (long long)waited);
             break;
         }

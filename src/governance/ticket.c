@@ -1,7 +1,7 @@
 /* Tickets: requests waiting for capacity. Served in order of effective
  * priority (priority + aging per second waited), then arrival; the head of the
  * queue is served first and a request behind it waits its turn. A ticket's
- * capacity is reserved (as a grant) under the authority lock before its waiter
+ * budget is held (as a grant) under the authority lock before its waiter
  * wakes, so nobody can steal it; grant, cancel and timeout are decided under
  * that lock, so exactly one of them wins. */
 #include <errno.h>

@@ -15,7 +15,7 @@
  * - per granule: how many live allocations touch it, whether it is committed,
  *   and its place in the LRU list of empty committed granules (the cache).
  *
- * Alloc is transactional: host bookkeeping is reserved and the granules are
+ * Alloc is transactional: room for the host bookkeeping is made and the granules are
  * committed (one region call for the run) before any index changes, so a
  * failure leaves the arena exactly as it was (failed_allocs aside, which
  * counts every failed alloc on a live handle). Free always takes effect: a

@@ -89,7 +89,7 @@ ortmem_status om_granules_commit(ortmem_arena *a, size_t g_first, size_t g_last,
     if (!uncommitted_hull(a, g_first, g_last, c_first, c_last))
         return ORTMEM_OK;
     /* One call for the hull; the region skips granules already mapped. A
-     * refused reservation is relieved by the caller once the arena lock is
+     * refused hold is relieved by the caller once the arena lock is
      * dropped (a pressure callback may free into this very arena). */
     ortmem_range run = {*c_first * a->granule, (*c_last - *c_first + 1) * a->granule};
     ortmem_status st = om_region_commit_for(a->region, &run, 1, relief);

@@ -129,7 +129,7 @@ static inline bool om_arena_ledger_consistent(const ortmem_arena *a)
 void *om_map_find(const om_addr_map *m, size_t key);
 /* Makes room for one more entry, so the insert that follows cannot fail. */
 bool om_map_grow(om_addr_map *m);
-/* The key must be absent and room reserved. */
+/* The key must be absent and room made (om_map_grow). */
 void om_map_insert(om_addr_map *m, void *entry);
 void om_map_remove(om_addr_map *m, size_t key);
 void om_map_free(om_addr_map *m);

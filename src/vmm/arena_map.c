@@ -58,7 +58,7 @@ bool om_map_grow(om_addr_map *m)
 void om_map_insert(om_addr_map *m, void *entry)
 {
     size_t i = map_slot(m, map_key(entry));
-    assert(!m->slots[i] && (m->count + 1) * 2 <= m->cap); /* absent, room reserved */
+    assert(!m->slots[i] && (m->count + 1) * 2 <= m->cap); /* absent, room made */
     m->slots[i] = entry;
     m->count++;
 }

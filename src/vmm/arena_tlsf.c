@@ -169,7 +169,7 @@ bool om_blocks_grow(ortmem_arena *a, size_t n)
 
 static om_block *node_take(ortmem_arena *a)
 {
-    assert(a->spare_count > 0); /* reserved before the change began */
+    assert(a->spare_count > 0); /* made room for before the change began */
     om_block *b = a->spare;
     a->spare = b->phys_next;
     a->spare_count--;

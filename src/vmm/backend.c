@@ -54,7 +54,7 @@ static bool om_is_pow2(size_t v)
     return v && !(v & (v - 1));
 }
 
-/* Releases the events still live (nothing else can name them now). */
+/* Destroys the events still live (nothing else can name them now). */
 static void om_events_teardown(ortmem_backend *b)
 {
     uint64_t event;
@@ -561,7 +561,7 @@ ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event)
 {
     if (!om_backend_has_events(b))
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
-    /* The lock stays held over the query so that a release racing with it
+    /* The lock stays held over the query so that a destroy racing with it
      * cannot free the event under the driver's feet. */
     pthread_mutex_lock(&b->events.lock);
     if (!om_hashset_contains(&b->events.live, event)) {
@@ -596,7 +596,7 @@ ortmem_status om_backend_event_destroy(ortmem_backend *b, uint64_t event)
                       b->ops.name, (unsigned long long)event);
     ortmem_status st = om_counted(b, ORTMEM_OP_EVENT_DESTROY, b->ops.event_destroy(b->self, event));
     if (st != ORTMEM_OK) {
-        /* Still live: the caller may try again, and destroy releases it. */
+        /* Still live: the caller may try again, and destroy destroys it. */
         pthread_mutex_lock(&b->events.lock);
         bool tracked = om_hashset_insert(&b->events.live, event);
         pthread_mutex_unlock(&b->events.lock);

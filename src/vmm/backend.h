@@ -44,8 +44,8 @@ typedef struct om_pool {
     size_t bytes;
 } om_pool;
 
-/* The events a backend handed out and nobody released yet (backend.c), so
- * that a foreign or released event never reaches the driver. */
+/* The events a backend handed out and nobody destroyed yet (backend.c), so
+ * that a foreign or destroyed event never reaches the driver. */
 typedef struct om_event_set {
     om_hashset live;
     pthread_mutex_t lock;
@@ -95,7 +95,7 @@ ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t
 ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size);
 bool om_backend_can_copy(const ortmem_backend *b);
 /* Stream-ordered slots; ORTMEM_E_UNSUPPORTED (not counted) when missing.
- * Events are tracked: query and release of a value not live here is
+ * Events are tracked: query and destroy of a value not live here is
  * ORTMEM_E_NOT_FOUND; a pending query is ORTMEM_E_BUSY (counted, no failure). */
 ortmem_status om_backend_copy_async(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size,
                                     uint64_t stream);

@@ -90,7 +90,7 @@ static ortmem_status commit_granules(ortmem_region *r, size_t g0, size_t n, cons
     if (st == ORTMEM_OK)
         st = om_region_map(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, true, &hold);
     assert(st != ORTMEM_OK || hold.mapped == 0);
-    om_region_release_hold(r, &hold);
+    om_region_unhold_rest(r, &hold);
     return st;
 }
 

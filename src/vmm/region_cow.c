@@ -256,7 +256,7 @@ static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st
         assert(atomic_load(&job->fresh[k]->mappers) == 0);
         (void)om_phys_discard(r->backend, job->fresh[k]);
     }
-    om_region_release_hold(r, &job->hold);
+    om_region_unhold_rest(r, &job->hold);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
                            job->count);

@@ -58,7 +58,7 @@ static ortmem_status import_locked(ortmem_region *r, size_t gi, int fd, ortmem_a
         st = om_region_map(r, gi, 1, &p, access, true, &hold);
         assert(st != ORTMEM_OK || hold.mapped == 0);
     }
-    om_region_release_hold(r, &hold);
+    om_region_unhold_rest(r, &hold);
     assert(om_slots_consistent(r, gi, 1));
     return st;
 }

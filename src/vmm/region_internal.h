@@ -34,7 +34,7 @@ typedef struct om_slot {
     uint32_t epoch;
 } om_slot;
 
-/* What one call still holds of the capacity it reserved on its account. */
+/* What one call still holds of the budget it took a hold on from its account. */
 typedef struct om_hold {
     uint64_t owned, mapped;
 } om_hold;
@@ -52,7 +52,7 @@ struct ortmem_region {
     bool report_requested; /* an arena reports its allocations instead */
     uint64_t id;           /* lock order between regions, and the trace id */
     om_account account;
-    om_relief *relief; /* where a refused reservation is noted, while locked */
+    om_relief *relief; /* where a refused hold is noted, while locked */
     om_slot *slots;
 };
 
@@ -130,10 +130,10 @@ ortmem_status om_region_check_unquarantined(const ortmem_region *r, size_t g0, s
 
 /* ---- region_map.c: the mapping machinery ---- */
 
-/* Reserves owned and mapped capacity on the region's account for one call; a
+/* Takes a hold of owned and mapped bytes on the region's account for one call; a
  * refusal is noted in r->relief. On failure *hold is empty. */
 ortmem_status om_region_hold(ortmem_region *r, uint64_t owned, uint64_t mapped, om_hold *hold);
-void om_region_release_hold(ortmem_region *r, om_hold *hold);
+void om_region_unhold_rest(ortmem_region *r, om_hold *hold);
 /* Mapped bytes leave the ledger and the region's account. */
 void om_region_mapped_out(ortmem_region *r, size_t bytes);
 /* Requested bytes of granule i dropped (decommit, destroy, quarantine). */
@@ -143,7 +143,7 @@ void om_region_quarantine_slot(ortmem_region *r, size_t i, om_phys *p, bool stil
 /* Drops the slot's mapper reference on p (a granule it mapped until now). */
 ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
 /* Gets a granule for every want[k]: pooled ones first, then capacity for the
- * rest plus mapped_bytes is reserved and they are created. On failure
+ * rest plus mapped_bytes is held and they are created. On failure
  * everything acquired goes back and nothing stays held. */
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
                                 uint64_t mapped_bytes, om_hold *hold);

@@ -20,7 +20,7 @@ ortmem_status om_region_hold(ortmem_region *r, uint64_t owned, uint64_t mapped, 
     return st;
 }
 
-void om_region_release_hold(ortmem_region *r, om_hold *hold)
+void om_region_unhold_rest(ortmem_region *r, om_hold *hold)
 {
     om_account_unhold(&r->account, hold->owned, hold->mapped);
     hold->owned = hold->mapped = 0;
@@ -35,7 +35,7 @@ static void mapped_in(ortmem_region *r, size_t bytes, om_hold *hold)
         om_account_adopt(&r->account, 0, bytes);
         return;
     }
-    /* Every call reserves exactly the mappings it makes, so the account ends
+    /* Every call holds exactly the mappings it makes, so the account ends
      * up charged for the granules the region maps, no more. */
     assert(bytes <= hold->mapped);
     om_account_charge(&r->account, 0, bytes);
@@ -126,7 +126,7 @@ ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om
             give_back(r, phys[k]);
         phys[k] = NULL;
     }
-    om_region_release_hold(r, hold);
+    om_region_unhold_rest(r, hold);
     return st;
 }
 

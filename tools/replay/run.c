@@ -709,9 +709,9 @@ static uint64_t on_pressure(void *user, uint64_t want_bytes)
     runner *rn = h->rn;
     replay_holder_result *hr = &rn->result->holders[h->index];
     hr->pressure_calls++;
-    uint64_t before = owned_now(rn), released = 0;
+    uint64_t before = owned_now(rn), reclaimed = 0;
     for (uint32_t object = (uint32_t)rn->trace->object_count;
-         object-- > 0 && released < want_bytes;) {
+         object-- > 0 && reclaimed < want_bytes;) {
         const replay_object *o = &rn->trace->objects[object];
         object_run *r = &rn->objects[object];
         if (!o->is_region || o->holder != h->index || r->state != OBJECT_LIVE)
@@ -732,10 +732,10 @@ static uint64_t on_pressure(void *user, uint64_t want_bytes)
         if (touched)
             hr->pressure_regions++;
         uint64_t now = owned_now(rn);
-        released = before > now ? before - now : 0;
+        reclaimed = before > now ? before - now : 0;
     }
-    hr->pressure_reclaimed_bytes += released;
-    return released;
+    hr->pressure_reclaimed_bytes += reclaimed;
+    return reclaimed;
 }
 
 /* ---- the run ---- */
