@@ -965,7 +965,7 @@ void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
         state.counters["committed_peak_bytes"] =
             static_cast<double>(arena_stats.committed_peak_bytes);
     // Reserved = physical memory held: granules mapped, cached or pooled.
-    state.counters["peak_reserved_bytes"] = static_cast<double>(calls_after.owned_peak_bytes);
+    state.counters["owned_peak_bytes"] = static_cast<double>(calls_after.owned_peak_bytes);
 }
 
 void cumemalloc_trace(benchmark::State &state)
@@ -977,7 +977,7 @@ void cumemalloc_trace(benchmark::State &state)
         return;
     // What the trace asked for at its peak; the driver's own rounding and
     // sub-allocation show in device_used_peak_bytes.
-    state.counters["peak_reserved_bytes"] = static_cast<double>(activation_trace().peak_live_bytes);
+    state.counters["owned_peak_bytes"] = static_cast<double>(activation_trace().peak_live_bytes);
 }
 
 void register_trace_benchmarks()

@@ -67,7 +67,7 @@ KV_COLUMNS = [
 ]
 TRACE_COLUMNS = [
     ("ops_per_second", "ops/s"),
-    ("peak_reserved_bytes", "peak reserved"),
+    ("owned_peak_bytes", "peak owned"),
     ("device_used_peak_bytes", "device used peak"),
     ("committed_peak_bytes", "arena committed peak"),
     ("allocated_peak_bytes", "torch allocated peak"),
@@ -82,7 +82,7 @@ COLUMNS = {"gpu_granule_commit": COMMIT_COLUMNS, "gpu_run64_commit": COMMIT_COLU
 RATIO_COUNTERS = {
     "gpu_granule_commit": [("commit_us_per_granule", "commit ratio")],
     "gpu_run64_commit": [("commit_us_per_granule", "commit ratio")],
-    "gpu_arena_trace": [("peak_reserved_bytes", "reserved ratio"),
+    "gpu_arena_trace": [("owned_peak_bytes", "owned ratio"),
                         ("device_used_peak_bytes", "device used ratio")],
 }
 KV_RATIO_COUNTERS = [("owned_peak_bytes", "owned peak ratio"),
@@ -158,7 +158,7 @@ def entries_from_torch(path):
             entry.counters = {
                 "ops_per_trace": [ops],
                 "ops_per_second": [ops / s for s in per_replay if s > 0],
-                "peak_reserved_bytes": [record.get("max_memory_reserved_bytes", 0)],
+                "owned_peak_bytes": [record.get("max_memory_reserved_bytes", 0)],
                 "allocated_peak_bytes": [record.get("max_memory_allocated_bytes", 0)],
                 "device_used_peak_bytes": [record.get("device_used_peak_bytes", 0)],
                 "first_replay_us": [record.get("first_replay_seconds", 0) * 1e6],

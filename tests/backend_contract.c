@@ -156,8 +156,9 @@ static void same_bytes(const ortmem_vmm_stats *want, const ortmem_vmm_stats *got
                  (unsigned long long)got->mapped_bytes, (unsigned long long)want->mapped_bytes);
     cr_assert_eq(got->owned_granules, want->owned_granules, "%s", when);
     cr_assert_eq(got->mapped_granules, want->mapped_granules, "%s", when);
-    cr_assert_eq(got->reserved_bytes, want->reserved_bytes, "%s: reserved %llu, was %llu", when,
-                 (unsigned long long)got->reserved_bytes, (unsigned long long)want->reserved_bytes);
+    cr_assert_eq(got->reserved_va_bytes, want->reserved_va_bytes, "%s: reserved %llu, was %llu",
+                 when, (unsigned long long)got->reserved_va_bytes,
+                 (unsigned long long)want->reserved_va_bytes);
     cr_assert_eq(got->quarantined_bytes, want->quarantined_bytes, "%s", when);
 }
 
@@ -189,8 +190,8 @@ static void ledger_empty(ortmem_backend *b, const char *when)
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.owned_bytes, 0, "%s: owned %llu", when, (unsigned long long)s.owned_bytes);
     cr_assert_eq(s.mapped_bytes, 0, "%s: mapped %llu", when, (unsigned long long)s.mapped_bytes);
-    cr_assert_eq(s.reserved_bytes, 0, "%s: reserved %llu", when,
-                 (unsigned long long)s.reserved_bytes);
+    cr_assert_eq(s.reserved_va_bytes, 0, "%s: reserved %llu", when,
+                 (unsigned long long)s.reserved_va_bytes);
     cr_assert_eq(s.calls[ORTMEM_OP_CREATE] + s.calls[ORTMEM_OP_IMPORT] -
                      s.failures[ORTMEM_OP_CREATE] - s.failures[ORTMEM_OP_IMPORT],
                  s.calls[ORTMEM_OP_RELEASE] - s.failures[ORTMEM_OP_RELEASE],
@@ -262,7 +263,7 @@ void contract_reserve_aligns_and_unreserve_returns_the_va(const backend_contract
         cr_assert_eq(ortmem_region_size(r[i]), 4 * g, "rounded up to whole granules");
         ortmem_vmm_stats s1 = stats_of(b);
         cr_assert_eq(s1.calls[ORTMEM_OP_RESERVE], s0.calls[ORTMEM_OP_RESERVE] + 1);
-        cr_assert_eq(s1.reserved_bytes, s0.reserved_bytes + 4 * g);
+        cr_assert_eq(s1.reserved_va_bytes, s0.reserved_va_bytes + 4 * g);
         cr_assert_eq(s1.owned_bytes, 0, "reserving commits nothing");
         cr_assert_eq(s1.mapped_bytes, 0);
         cr_assert_eq(s1.calls[ORTMEM_OP_CREATE] + s1.calls[ORTMEM_OP_MAP], 0);
@@ -286,7 +287,7 @@ void contract_reserve_aligns_and_unreserve_returns_the_va(const backend_contract
         OK(ortmem_region_destroy(r[i]));
         ortmem_vmm_stats s1 = stats_of(b);
         cr_assert_eq(s1.calls[ORTMEM_OP_UNRESERVE], s0.calls[ORTMEM_OP_UNRESERVE] + 1);
-        cr_assert_eq(s1.reserved_bytes, s0.reserved_bytes - 4 * g);
+        cr_assert_eq(s1.reserved_va_bytes, s0.reserved_va_bytes - 4 * g);
     }
     ledger_empty(b, "after the reservations");
     run_check(c, b, "after the reservations");
@@ -308,7 +309,7 @@ void contract_create_and_release_physical_granules(const backend_contract *c)
     cr_assert_eq(s.owned_granules, 3);
     cr_assert_eq(s.mapped_bytes, 3 * g);
     cr_assert_eq(s.mapped_granules, 3);
-    cr_assert_eq(s.reserved_bytes, s0.reserved_bytes, "commit reserves nothing more");
+    cr_assert_eq(s.reserved_va_bytes, s0.reserved_va_bytes, "commit reserves nothing more");
     cr_assert_eq(all_failures(&s), 0);
     for (size_t k = 0; k < 3; k++)
         put(c, b, base_of(r) + k * g, g, 20 + k);
@@ -389,7 +390,7 @@ void contract_map_and_unmap_runs_and_unmap_keeps_the_va(const backend_contract *
     /* Unmap keeps the VA reserved: nothing unreserved, and (host memory) the
      * range is still a mapping of the process, with no access. */
     cr_assert_eq(s.calls[ORTMEM_OP_UNRESERVE], 0);
-    cr_assert_eq(s.reserved_bytes, 16 * g);
+    cr_assert_eq(s.reserved_va_bytes, 16 * g);
     if (c->host_memory) {
         size_t page = (size_t)sysconf(_SC_PAGESIZE);
         unsigned char *vec = malloc(3 * g / page + 1);
@@ -724,7 +725,7 @@ static void capability_streams_and_events(const backend_contract *c, ortmem_back
     if (st == ORTMEM_E_UNSUPPORTED) {
         unsupported_changed_nothing(c, b, &s0, "events");
         EXPECT_STATUS(ortmem_backend_event_query(b, ev), ORTMEM_E_UNSUPPORTED);
-        EXPECT_STATUS(ortmem_backend_event_release(b, ev), ORTMEM_E_UNSUPPORTED);
+        EXPECT_STATUS(ortmem_backend_event_destroy(b, ev), ORTMEM_E_UNSUPPORTED);
     } else {
         OK(st);
         long busy = 0;
@@ -741,12 +742,12 @@ static void capability_streams_and_events(const backend_contract *c, ortmem_back
                     bad = i;
             cr_assert_eq(bad, 2 * g, "byte %zu of the async memset and copy", bad);
         }
-        OK(ortmem_backend_event_release(b, ev));
+        OK(ortmem_backend_event_destroy(b, ev));
         EXPECT_STATUS(ortmem_backend_event_query(b, ev), ORTMEM_E_NOT_FOUND);
-        EXPECT_STATUS(ortmem_backend_event_release(b, ev), ORTMEM_E_NOT_FOUND);
+        EXPECT_STATUS(ortmem_backend_event_destroy(b, ev), ORTMEM_E_NOT_FOUND);
         ortmem_vmm_stats s = stats_of(b);
         cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RECORD], s0.calls[ORTMEM_OP_EVENT_RECORD] + 1);
-        cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RELEASE], s0.calls[ORTMEM_OP_EVENT_RELEASE] + 1);
+        cr_assert_eq(s.calls[ORTMEM_OP_EVENT_DESTROY], s0.calls[ORTMEM_OP_EVENT_DESTROY] + 1);
         cr_assert_eq(s.failures[ORTMEM_OP_EVENT_QUERY], s0.failures[ORTMEM_OP_EVENT_QUERY],
                      "pending is not a failure");
     }
@@ -890,7 +891,7 @@ void contract_failures_change_nothing_and_set_a_detail(const backend_contract *c
     EXPECT_STATUS(ortmem_region_create(f, &opt, &x), ORTMEM_E_BACKEND);
     cr_assert_null(x);
     cr_assert(strstr(ortmem_last_error(), "fault injected"), "%s", ortmem_last_error());
-    cr_assert_eq(stats_of(f).reserved_bytes, 0);
+    cr_assert_eq(stats_of(f).reserved_va_bytes, 0);
     s1 = stats_of(b);
     same_bytes(&s0, &s1, "a failed reserve");
     no_backend_call(&s0, &s1, "a failed reserve");

@@ -356,7 +356,7 @@ typedef struct race_worker {
     atomic_int *go; /* the watcher runs: start */
     int failures;   /* calls that failed for another reason than the budget */
     int refused;    /* ORTMEM_E_BUDGET refusals */
-    int succeeded;  /* reservations (prepares, commits) that went through */
+    int succeeded;  /* holds (prepares, commits) that went through */
     int changed;    /* refusals that changed this thread's own holder */
     char detail[256];
 } race_worker;
@@ -367,7 +367,7 @@ typedef struct race_watch {
     atomic_int go; /* set by the watcher once it runs: the workers start */
     atomic_int done;
     uint64_t samples;
-    uint64_t over; /* samples with owned + reserved above the limit */
+    uint64_t over; /* samples with owned + claimed above the limit */
     uint64_t worst;
 } race_watch;
 
@@ -393,7 +393,7 @@ static bool own_line(ortmem_authority *a, const char *name, ortmem_holder_report
 static bool same_line(const ortmem_holder_report *x, const ortmem_holder_report *y)
 {
     return x->owned_bytes == y->owned_bytes && x->mapped_bytes == y->mapped_bytes &&
-           x->reserved_bytes == y->reserved_bytes && x->leased_bytes == y->leased_bytes &&
+           x->held_bytes == y->held_bytes && x->leased_bytes == y->leased_bytes &&
            x->requested_bytes == y->requested_bytes;
 }
 
@@ -404,10 +404,9 @@ static void race_refused(race_worker *w, const ortmem_holder_report *before, con
     if (!own_line(w->authority, w->name, &after) || !same_line(before, &after)) {
         w->changed++;
         snprintf(w->detail, sizeof w->detail,
-                 "%s refused but the holder changed: owned %llu -> %llu, reserved %llu -> %llu",
-                 what, (unsigned long long)before->owned_bytes,
-                 (unsigned long long)after.owned_bytes, (unsigned long long)before->reserved_bytes,
-                 (unsigned long long)after.reserved_bytes);
+                 "%s refused but the holder changed: owned %llu -> %llu, held %llu -> %llu", what,
+                 (unsigned long long)before->owned_bytes, (unsigned long long)after.owned_bytes,
+                 (unsigned long long)before->held_bytes, (unsigned long long)after.held_bytes);
     }
 }
 
@@ -471,8 +470,8 @@ static void *race_work(void *arg)
                 grants[k] = NULL;
             } else {
                 uint64_t actual = next_random(&s) % (granted[k] + 1);
-                if ((st = ortmem_grant_commit(grants[k], actual)) != ORTMEM_OK)
-                    race_failed(w, "grant commit", st);
+                if ((st = ortmem_grant_charge(grants[k], actual)) != ORTMEM_OK)
+                    race_failed(w, "grant charge", st);
                 else
                     charged += actual;
                 grants[k] = NULL;
@@ -524,7 +523,7 @@ static void *race_watch_work(void *arg)
             continue;
         wt->samples++;
         atomic_store(&wt->go, 1);
-        uint64_t charged = r.owned_bytes + r.reserved_bytes;
+        uint64_t charged = r.owned_bytes + r.claimed_bytes;
         if (charged > wt->limit) {
             wt->over++;
             if (charged > wt->worst)
@@ -537,7 +536,7 @@ static void *race_watch_work(void *arg)
 
 /* A pressure callback that is asked but never gives anything back: pressure
  * runs concurrently without touching another thread's holder. */
-static uint64_t race_release_nothing(void *user, uint64_t want)
+static uint64_t race_reclaim_nothing(void *user, uint64_t want)
 {
     (void)user;
     (void)want;
@@ -563,7 +562,7 @@ stress_outcome stress_grants_race(void)
         ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
         ho.name = workers[i].name;
         ho.priority = i;
-        ho.on_pressure = i % 2 ? race_release_nothing : NULL;
+        ho.on_pressure = i % 2 ? race_reclaim_nothing : NULL;
         if (ortmem_holder_register(a, &ho, &workers[i].holder) != ORTMEM_OK)
             return fail("holder", "%s", ortmem_last_error());
     }
@@ -592,15 +591,15 @@ stress_outcome stress_grants_race(void)
                     (unsigned long long)watch.over, (unsigned long long)watch.samples,
                     (unsigned long long)watch.limit, (unsigned long long)watch.worst);
     if (!refused || !succeeded)
-        return fail("no race", "%d refusals and %d reservations: the workload did not contend",
-                    refused, succeeded);
+        return fail("no race", "%d refusals and %d holds: the workload did not contend", refused,
+                    succeeded);
     ortmem_authority_report r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;
     if (ortmem_authority_report_get(a, &r, NULL, 0) != ORTMEM_OK || r.owned_bytes ||
-        r.reserved_bytes || r.mapped_bytes || r.owned_peak_bytes > watch.limit)
-        return fail("ledger", "owned %llu, reserved %llu, mapped %llu, peak %llu at the end",
-                    (unsigned long long)r.owned_bytes, (unsigned long long)r.reserved_bytes,
+        r.claimed_bytes || r.mapped_bytes || r.owned_peak_bytes > watch.limit)
+        return fail("ledger", "owned %llu, claimed %llu, mapped %llu, peak %llu at the end",
+                    (unsigned long long)r.owned_bytes, (unsigned long long)r.claimed_bytes,
                     (unsigned long long)r.mapped_bytes, (unsigned long long)r.owned_peak_bytes);
     if ((uint64_t)refused > r.refusals)
         return fail("refusals", "threads saw %d, the authority counted %llu", refused,

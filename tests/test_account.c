@@ -1,4 +1,4 @@
-/* The vmm accounting seam with a recording account: vmm reserves before it
+/* The vmm accounting seam with a recording account: vmm takes a hold before it
  * creates or maps, charges out of the hold, moves charges between owner, pool
  * and quarantine, and keeps its account copies retained exactly while used. */
 #include <stdatomic.h>
@@ -10,17 +10,17 @@
 typedef struct recorder {
     int64_t owned, mapped, held_owned, held_mapped, requested;
     int64_t retained;
-    uint64_t reserves, refusals;
-    uint64_t refuse_above; /* refuse reservations of more owned bytes than this */
+    uint64_t holds, refusals;
+    uint64_t refuse_above; /* refuse holds of more owned bytes than this */
     ortmem_region *region; /* what relieve looks at */
     uint64_t reliefs;
-    bool stingy; /* relieve finds nothing to release */
+    bool stingy; /* relieve finds nothing to reclaim */
 } recorder;
 
-static ortmem_status rec_reserve(void *self, uint64_t owned, uint64_t mapped)
+static ortmem_status rec_hold(void *self, uint64_t owned, uint64_t mapped)
 {
     recorder *r = self;
-    r->reserves++;
+    r->holds++;
     if (owned > r->refuse_above) {
         r->refusals++;
         return ortmem_error_set(ORTMEM_E_BUDGET, "recorder refuses %llu bytes",
@@ -31,7 +31,7 @@ static ortmem_status rec_reserve(void *self, uint64_t owned, uint64_t mapped)
     return ORTMEM_OK;
 }
 
-static void rec_unreserve(void *self, uint64_t owned, uint64_t mapped)
+static void rec_unhold(void *self, uint64_t owned, uint64_t mapped)
 {
     recorder *r = self;
     r->held_owned -= (int64_t)owned;
@@ -76,7 +76,7 @@ static void rec_retain(void *self)
     ((recorder *)self)->retained++;
 }
 
-static void rec_release(void *self)
+static void rec_unretain(void *self)
 {
     ((recorder *)self)->retained--;
 }
@@ -85,14 +85,14 @@ static ortmem_account account_of(recorder *r)
 {
     return (ortmem_account){.struct_size = sizeof(ortmem_account),
                             .self = r,
-                            .reserve = rec_reserve,
-                            .unreserve = rec_unreserve,
+                            .hold = rec_hold,
+                            .unhold = rec_unhold,
                             .charge = rec_charge,
                             .adopt = rec_adopt,
                             .refund = rec_refund,
                             .requested = rec_requested,
                             .retain = rec_retain,
-                            .release = rec_release};
+                            .unretain = rec_unretain};
 }
 
 static ortmem_region *charged_region(ortmem_backend *b, size_t size, const ortmem_account *acct)
@@ -105,7 +105,7 @@ static ortmem_region *charged_region(ortmem_backend *b, size_t size, const ortme
     return r;
 }
 
-Test(account, commit_reserves_then_charges_and_destroy_refunds_everything)
+Test(account, commit_holds_then_charges_and_destroy_refunds_everything)
 {
     ortmem_backend *b = test_backend();
     recorder rec = {.refuse_above = UINT64_MAX};
@@ -113,7 +113,7 @@ Test(account, commit_reserves_then_charges_and_destroy_refunds_everything)
     ortmem_region *r = charged_region(b, 4 * G, &acct);
     cr_assert_eq(rec.retained, 1, "the region keeps a retained copy");
     OK(ortmem_region_commit(r, 10, 2 * G)); /* touches granules 0..2 */
-    cr_assert_eq(rec.reserves, 1);
+    cr_assert_eq(rec.holds, 1);
     cr_assert_eq(rec.owned, (int64_t)(3 * G));
     cr_assert_eq(rec.mapped, (int64_t)(3 * G));
     cr_assert_eq(rec.held_owned + rec.held_mapped, 0, "nothing stays held after the call");
@@ -130,7 +130,7 @@ Test(account, commit_reserves_then_charges_and_destroy_refunds_everything)
     OK(ortmem_backend_destroy(b));
 }
 
-Test(account, a_refused_reservation_maps_nothing)
+Test(account, a_refused_hold_maps_nothing)
 {
     ortmem_backend *b = test_backend();
     recorder rec = {.refuse_above = G};
@@ -147,7 +147,7 @@ Test(account, a_refused_reservation_maps_nothing)
     OK(ortmem_backend_destroy(b));
 }
 
-Test(account, pooled_granules_move_their_charge_without_a_reservation)
+Test(account, pooled_granules_move_their_charge_without_a_hold)
 {
     ortmem_backend *b = test_backend();
     recorder pool = {.refuse_above = UINT64_MAX}, quarantine = pool, a = pool, c = pool;
@@ -256,7 +256,7 @@ Test(account, an_account_without_required_slots_is_refused)
     ortmem_region *r;
     EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_INVALID);
     acct = account_of(&rec);
-    acct.release = NULL;
+    acct.unretain = NULL;
     EXPECT_STATUS(ortmem_region_create(b, &opt, &r), ORTMEM_E_INVALID);
     cr_assert_eq(rec.retained, 0);
     OK(ortmem_backend_destroy(b));

@@ -170,7 +170,7 @@ static void compare_ledgers(const sweep *w, const char *call, int line)
         SAME(backend[i].mapped_bytes);
         SAME(backend[i].owned_granules);
         SAME(backend[i].mapped_granules);
-        SAME(backend[i].reserved_bytes);
+        SAME(backend[i].reserved_va_bytes);
         SAME(backend[i].quarantined_bytes);
         SAME(backend[i].quarantined_mapped_bytes);
         SAME(backend[i].quarantined_granules);
@@ -181,10 +181,10 @@ static void compare_ledgers(const sweep *w, const char *call, int line)
         SAME(authority[i].limit_bytes);
         SAME(authority[i].owned_bytes);
         SAME(authority[i].mapped_bytes);
-        SAME(authority[i].reserved_bytes);
+        SAME(authority[i].claimed_bytes);
         SAME(authority[i].available_bytes);
         SAME(authority[i].tickets_waiting);
-        SAME(authority[i].releases_pending);
+        SAME(authority[i].retirements_pending);
         SAME(authority[i].holder_count);
         for (int r = 0; r < ORTMEM_ROLE_COUNT; r++) {
             SAME(authority[i].by_role_owned[r]);
@@ -195,7 +195,7 @@ static void compare_ledgers(const sweep *w, const char *call, int line)
         SAME(holder[i].owned_bytes);
         SAME(holder[i].mapped_bytes);
         SAME(holder[i].requested_bytes);
-        SAME(holder[i].reserved_bytes);
+        SAME(holder[i].held_bytes);
         SAME(holder[i].leased_bytes);
         SAME(region_st[i]);
         SAME(region[i].region_id);
@@ -208,7 +208,7 @@ static void compare_ledgers(const sweep *w, const char *call, int line)
         SAME(arena[i].live_allocations);
         SAME(arena[i].committed_bytes);
         SAME(arena[i].cached_bytes);
-        SAME(arena[i].fenced_bytes);
+        SAME(arena[i].quarantined_bytes);
         SAME(cache_st[i]);
         SAME(cache[i].sequences);
         SAME(cache[i].live_tokens);
@@ -341,7 +341,7 @@ static int step_after(sweep *w, env *e, const char *call, int line, ortmem_statu
     /* A call documented to report a failure after it took effect (a truncate
      * whose zero tail could not be mapped again) says so in its detail; a
      * poll carries out each release alone and names the ones that failed. */
-    if (!strstr(detail, "took effect") && !strstr(detail, "releases failed and changed nothing"))
+    if (!strstr(detail, "took effect") && !strstr(detail, "retirements failed and changed nothing"))
         compare_ledgers(w, call, line);
     check_patterns(w, e, call, line);
     sweep_resume(w);
@@ -410,11 +410,11 @@ static void teardown(env *e)
         if (e->fd[i] >= 0)
             close(e->fd[i]);
         if (e->event[i])
-            OK(ortmem_backend_event_release(e->backend[0], e->event[i]));
+            OK(ortmem_backend_event_destroy(e->backend[0], e->event[i]));
     }
     for (int i = 0; i < SLOTS; i++) {
         if (e->authority[i]) {
-            ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
+            ortmem_retire_report r = {sizeof r, 0, 0, 0, 0, 0};
             query_flag = 1;
             for (int f = 0; f < SLOTS; f++)
                 if (e->fence[f])
@@ -435,7 +435,7 @@ static void teardown(env *e)
         if (e->region[i])
             OK(ortmem_region_destroy(e->region[i]));
         if (e->lease[i])
-            OK(ortmem_lease_release(e->lease[i]));
+            OK(ortmem_lease_drop(e->lease[i]));
         if (e->fence[i])
             OK(ortmem_fence_destroy(e->fence[i]));
     }
@@ -447,8 +447,8 @@ static void teardown(env *e)
             ortmem_authority_report r = {.struct_size = sizeof r};
             OK(ortmem_authority_report_get(e->authority[i], &r, NULL, 0));
             /* The pool holder may keep what the pool still holds. */
-            cr_assert_eq(r.reserved_bytes, 0, "authority %d keeps %llu bytes reserved", i,
-                         (unsigned long long)r.reserved_bytes);
+            cr_assert_eq(r.claimed_bytes, 0, "authority %d keeps %llu bytes reserved", i,
+                         (unsigned long long)r.claimed_bytes);
             OK(ortmem_authority_destroy(e->authority[i]));
         }
     }
@@ -457,8 +457,8 @@ static void teardown(env *e)
             ortmem_vmm_stats s = stats_of(e->backend[i]);
             cr_assert_eq(s.mapped_bytes, 0, "backend %d still maps %llu bytes", i,
                          (unsigned long long)s.mapped_bytes);
-            cr_assert_eq(s.reserved_bytes, 0, "backend %d still reserves %llu bytes of VA", i,
-                         (unsigned long long)s.reserved_bytes);
+            cr_assert_eq(s.reserved_va_bytes, 0, "backend %d still reserves %llu bytes of VA", i,
+                         (unsigned long long)s.reserved_va_bytes);
             cr_assert_eq(s.quarantined_bytes, 0);
             cr_assert_eq(s.owned_bytes, s.pool_bytes, "backend %d owns %llu bytes outside its pool",
                          i, (unsigned long long)(s.owned_bytes - s.pool_bytes));
@@ -695,7 +695,7 @@ static void wl_pool(sweep *w, env *e)
 {
     STEP_CPU(0);
     STEP(ortmem_pool_set_cap(e->backend[0], 8 * G));
-    STEP(ortmem_pool_reserve(e->backend[0], 6 * G));
+    STEP(ortmem_pool_fill(e->backend[0], 6 * G));
     STEP(region_create(e->backend[0], 8 * G, 0, NULL, &e->region[0]));
     STEP(ortmem_region_commit(e->region[0], 0, 4 * G)); /* pool hits */
     put_pattern(e, 0, ortmem_region_base(e->region[0]), 4 * G, 30);
@@ -798,7 +798,7 @@ static void wl_governance(sweep *w, env *e)
     put_pattern(e, 0, ortmem_region_base(e->region[0]), 4 * G, 50);
     STEP(ortmem_lease_acquire(e->holder[0], 2 * G, &e->lease[0]));
     STEP(ortmem_grant_prepare(e->holder[0], 3 * G, &e->grant[0]));
-    STEP(ortmem_grant_commit(e->grant[0], 2 * G));
+    STEP(ortmem_grant_charge(e->grant[0], 2 * G));
     e->grant[0] = NULL;
     STEP(ortmem_holder_refund(e->holder[0], 2 * G));
     ortmem_holder *many[] = {e->holder[2], e->holder[4]};
@@ -845,7 +845,7 @@ static void wl_tickets(sweep *w, env *e)
     STEP(ortmem_ticket_wait(e->ticket[0], 0, &g));
     e->ticket[0] = NULL;
     e->grant[2] = g;
-    STEP(ortmem_grant_commit(e->grant[2], 2 * G));
+    STEP(ortmem_grant_charge(e->grant[2], 2 * G));
     e->grant[2] = NULL;
     STEP(ortmem_holder_refund(e->holder[1], 2 * G));
     STEP(ortmem_ticket_submit(e->holder[0], 6 * G, 0, &e->ticket[2]));
@@ -910,7 +910,7 @@ static void wl_deferred(sweep *w, env *e)
     STEP(ortmem_region_decommit_after(e->region[0], 2 * G, G, e->fence[1]));
     STEP(ortmem_arena_free_after(e->arena[0], p, e->fence[2]));
     STEP(ortmem_arena_free_after(e->arena[0], q, e->fence[0]));
-    ortmem_release_report rr = {sizeof rr, 0, 0, 0, 0, 0};
+    ortmem_retire_report rr = {sizeof rr, 0, 0, 0, 0, 0};
     STEP(ortmem_authority_poll(e->authority[0], &rr));
     CHECK(rr.pending == 3); /* the event fence completes at once */
     STEP(ortmem_fence_signal(e->fence[0]));
@@ -1158,7 +1158,7 @@ static void wl_streams(sweep *w, env *e)
         STEP(ortmem_backend_event_record(e->backend[0], 0, &e->event[i]));
     STEP(ortmem_backend_event_query(e->backend[0], e->event[0]));
     for (int i = 0; i < SLOTS; i += 2) {
-        STEP(ortmem_backend_event_release(e->backend[0], e->event[i]));
+        STEP(ortmem_backend_event_destroy(e->backend[0], e->event[i]));
         e->event[i] = 0;
     }
     CHECK(a[G + 7] == 0x5a);
@@ -1245,7 +1245,7 @@ Test(alloc_faults, decommit_and_destroy_need_no_allocation)
                  (unsigned long long)failed, (unsigned long long)calls);
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.mapped_bytes, 0);
-    cr_assert_eq(s.reserved_bytes, 0);
+    cr_assert_eq(s.reserved_va_bytes, 0);
     cr_assert_eq(s.quarantined_granules, 0);
     cr_assert_eq(s.owned_bytes, s.pool_bytes);
     OK(ortmem_backend_destroy(b));

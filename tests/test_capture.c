@@ -35,7 +35,7 @@ static _Atomic int stamp_clock;
 
 /* ---- gate: single-thread rules ---- */
 
-Test(capture_gate, begin_and_end_hold_and_release_the_gate, .timeout = 30)
+Test(capture_gate, begin_and_end_take_and_leave_the_gate, .timeout = 30)
 {
     ortmem_capture_stats s0 = gate_stats();
     cr_assert_eq(ortmem_capture_active(), 0);
@@ -326,7 +326,7 @@ Test(capture_gate, defer_during_a_capture_runs_after_end_on_the_ending_thread, .
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(atomic_load(&p[i].runs), 1, "item %d ran exactly once", i);
         cr_assert(pthread_equal(p[i].ran_on, c.thread), "item %d ran on the ending thread", i);
-        cr_assert_eq(atomic_load(&p[i].capture_active_then), 0, "after the gate was released");
+        cr_assert_eq(atomic_load(&p[i].capture_active_then), 0, "after the gate was left");
         cr_assert_gt(atomic_load(&p[i].order), atomic_load(&c.begun_at));
         if (i)
             cr_assert_gt(atomic_load(&p[i].order), atomic_load(&p[i - 1].order), "in order");

@@ -176,7 +176,7 @@ static void fake_contract_check(ortmem_backend *b, const char *when)
                      succeeded(&s, ORTMEM_OP_RELEASE),
                  "%s: %ld live allocations", when, fake.live_allocs);
     cr_assert_eq((uint64_t)fake.live_events,
-                 succeeded(&s, ORTMEM_OP_EVENT_RECORD) - succeeded(&s, ORTMEM_OP_EVENT_RELEASE),
+                 succeeded(&s, ORTMEM_OP_EVENT_RECORD) - succeeded(&s, ORTMEM_OP_EVENT_DESTROY),
                  "%s: %ld live events", when, fake.live_events);
     cr_assert_null(fake_current_context(), "%s: the thread's context was restored", when);
 }
@@ -464,7 +464,7 @@ Test(cuda_fake, events_pending_and_driver_errors)
     EXPECT_STATUS(ortmem_backend_event_query(b, ev), ORTMEM_E_BUSY);
     fake_complete_events();
     OK(ortmem_backend_event_query(b, ev));
-    OK(ortmem_backend_event_release(b, ev));
+    OK(ortmem_backend_event_destroy(b, ev));
     cr_assert_eq(fake.live_events, 0);
 
     /* An error from the driver is a failure with its name. */

@@ -232,7 +232,7 @@ Test(fault, persistent_mode_on_any_op_fails_everything_from_the_nth_call)
     OK(ortmem_region_destroy(r));
     ortmem_vmm_stats end = stats_of(f);
     cr_assert_eq(end.owned_bytes, 0);
-    cr_assert_eq(end.reserved_bytes, 0);
+    cr_assert_eq(end.reserved_va_bytes, 0);
     OK(ortmem_backend_destroy(f));
     OK(ortmem_backend_destroy(cpu));
 }

@@ -114,7 +114,7 @@ typedef struct reclaimer {
     const char *tag;
     ortmem_region *region;
     size_t committed; /* granules committed from offset 0 */
-    int give_nothing; /* answer 0 without releasing */
+    int give_nothing; /* answer 0 without reclaiming */
     unsigned calls;
     uint64_t last_want;
 } reclaimer;
@@ -135,14 +135,14 @@ static uint64_t reclaim(void *user, uint64_t want)
     log_call(r->tag);
     if (r->give_nothing)
         return 0;
-    uint64_t released = 0;
-    while (released < want && r->committed) {
+    uint64_t reclaimed = 0;
+    while (reclaimed < want && r->committed) {
         if (ortmem_region_decommit(r->region, (r->committed - 1) * G, G) != ORTMEM_OK)
             break;
         r->committed--;
-        released += G;
+        reclaimed += G;
     }
-    return released;
+    return reclaimed;
 }
 
 /* ---- authority lifetime ---- */
@@ -228,7 +228,7 @@ Test(governance, authority_destroy_is_busy_while_a_holder_is_charged_retained_or
     /* Nothing changed by the refusals: the authority still works. */
     ortmem_authority_report rep = report_of(a);
     cr_assert_eq(rep.owned_bytes, 0);
-    cr_assert_eq(rep.reserved_bytes, 0);
+    cr_assert_eq(rep.claimed_bytes, 0);
     cr_assert_eq(rep.holder_count, 4);
 
     /* Registered but idle holders do not keep it; they become stale. */
@@ -353,7 +353,7 @@ Test(governance, a_commit_that_does_not_fit_is_refused_and_maps_nothing)
     cr_assert_eq(rep_after.owned_bytes, 3 * G);
     cr_assert_eq(rep_after.available_bytes, G);
     cr_assert_eq(owned_of(a, "small"), 0);
-    cr_assert_eq(holder_report(a, "small").reserved_bytes, 0);
+    cr_assert_eq(holder_report(a, "small").held_bytes, 0);
     cr_assert_eq(granule_info(rs, 0).state, ORTMEM_GRANULE_UNMAPPED);
 
     /* What fits still goes through, up to the limit exactly. */
@@ -495,7 +495,7 @@ Test(governance, pressure_trims_the_pool_before_any_holder)
     ortmem_authority_report r = report_of(a);
     cr_assert_eq(r.owned_bytes, 4 * G);
     cr_assert_eq(r.pressure_calls, 1);
-    cr_assert_eq(r.pressure_released_bytes, 2 * G);
+    cr_assert_eq(r.pressure_reclaimed_bytes, 2 * G);
     cr_assert_eq(r.refusals, 0);
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.pool_bytes, 0);
@@ -580,15 +580,14 @@ Test(governance, holder_unregister_names_why_it_is_busy)
     OK(ortmem_lease_acquire(h, G, &l));
     EXPECT_STATUS(ortmem_holder_unregister(h), ORTMEM_E_BUSY);
     cr_assert(strstr(ortmem_last_error(), "holds a lease"), "%s", ortmem_last_error());
-    OK(ortmem_lease_release(l));
+    OK(ortmem_lease_drop(l));
 
     /* An open grant; then grant-charged bytes until refunded. */
     ortmem_grant *g = NULL;
     OK(ortmem_grant_prepare(h, 2 * G, &g));
     EXPECT_STATUS(ortmem_holder_unregister(h), ORTMEM_E_BUSY);
-    cr_assert(strstr(ortmem_last_error(), "grant or reservation is open"), "%s",
-              ortmem_last_error());
-    OK(ortmem_grant_commit(g, 2 * G));
+    cr_assert(strstr(ortmem_last_error(), "grant or hold is open"), "%s", ortmem_last_error());
+    OK(ortmem_grant_charge(g, 2 * G));
     EXPECT_STATUS(ortmem_holder_unregister(h), ORTMEM_E_BUSY);
     cr_assert(strstr(ortmem_last_error(), "it is charged"), "%s", ortmem_last_error());
     OK(ortmem_holder_refund(h, 2 * G));
@@ -602,9 +601,9 @@ Test(governance, holder_unregister_names_why_it_is_busy)
     EXPECT_STATUS(ortmem_grant_prepare(h, G, &g), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_lease_acquire(h, G, &l), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_holder_refund(h, 0), ORTMEM_E_HANDLE);
-    /* The lease it released is still told apart after the holder went. */
-    EXPECT_STATUS(ortmem_lease_release(l), ORTMEM_E_DOUBLE_FREE);
-    cr_assert(strstr(ortmem_last_error(), "for 'unnamed' was released already"), "%s",
+    /* The lease it dropped is still told apart after the holder went. */
+    EXPECT_STATUS(ortmem_lease_drop(l), ORTMEM_E_DOUBLE_FREE);
+    cr_assert(strstr(ortmem_last_error(), "for 'unnamed' was dropped already"), "%s",
               ortmem_last_error());
     EXPECT_STATUS(ortmem_holder_unregister(NULL), ORTMEM_E_INVALID);
     OK(ortmem_authority_destroy(a));
@@ -613,7 +612,7 @@ Test(governance, holder_unregister_names_why_it_is_busy)
 
 /* ---- leases ---- */
 
-Test(governance, a_lease_reserves_capacity_that_only_its_holder_uses)
+Test(governance, a_lease_holds_capacity_that_only_its_holder_uses)
 {
     ortmem_backend *b = test_backend();
     ortmem_authority *a = authority_on(b, 8 * G, 0);
@@ -627,7 +626,7 @@ Test(governance, a_lease_reserves_capacity_that_only_its_holder_uses)
     cr_assert_eq(hk.leased_bytes, 4 * G);
     cr_assert_eq(hk.owned_bytes, 0);
     ortmem_authority_report r = report_of(a);
-    cr_assert_eq(r.reserved_bytes, 4 * G);
+    cr_assert_eq(r.claimed_bytes, 4 * G);
     cr_assert_eq(r.available_bytes, 4 * G);
     cr_assert_eq(r.owned_bytes, 0);
 
@@ -635,7 +634,7 @@ Test(governance, a_lease_reserves_capacity_that_only_its_holder_uses)
     ortmem_grant *g = NULL;
     EXPECT_STATUS(ortmem_grant_prepare(other, 5 * G, &g), ORTMEM_E_BUDGET);
     OK(ortmem_grant_prepare(other, 4 * G, &g));
-    OK(ortmem_grant_commit(g, 4 * G));
+    OK(ortmem_grant_charge(g, 4 * G));
     cr_assert_eq(report_of(a).available_bytes, 0);
 
     /* The holder's own commits up to the lease need no more capacity. */
@@ -643,12 +642,12 @@ Test(governance, a_lease_reserves_capacity_that_only_its_holder_uses)
     OK(ortmem_region_commit(rk, 0, 3 * G));
     r = report_of(a);
     cr_assert_eq(r.owned_bytes, 7 * G);
-    cr_assert_eq(r.reserved_bytes, G); /* what is left of the lease */
+    cr_assert_eq(r.claimed_bytes, G); /* what is left of the lease */
     cr_assert_eq(r.available_bytes, 0);
     OK(ortmem_region_commit(rk, 3 * G, G));
     r = report_of(a);
     cr_assert_eq(r.owned_bytes, 8 * G);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     /* Beyond the lease it competes like anyone: the limit is reached. */
     EXPECT_STATUS(ortmem_region_commit(rk, 4 * G, G), ORTMEM_E_BUDGET);
     /* Leases that do not fit: a new claim, and one beyond what kv owns. */
@@ -664,29 +663,29 @@ Test(governance, a_lease_reserves_capacity_that_only_its_holder_uses)
     cr_assert_eq(holder_report(a, "other").leased_bytes, 2 * G);
     r = report_of(a);
     cr_assert_eq(r.available_bytes, 0);
-    cr_assert_eq(r.reserved_bytes, 0);
-    OK(ortmem_lease_release(l2));
+    cr_assert_eq(r.claimed_bytes, 0);
+    OK(ortmem_lease_drop(l2));
 
     /* Released exactly once; the owned footprint stays. */
     OK(ortmem_region_decommit(rk, 2 * G, 2 * G));
     cr_assert_eq(report_of(a).available_bytes, 0); /* the lease still covers it */
-    OK(ortmem_lease_release(l));
-    EXPECT_STATUS(ortmem_lease_release(l), ORTMEM_E_DOUBLE_FREE);
-    EXPECT_STATUS(ortmem_lease_release(l2), ORTMEM_E_DOUBLE_FREE);
+    OK(ortmem_lease_drop(l));
+    EXPECT_STATUS(ortmem_lease_drop(l), ORTMEM_E_DOUBLE_FREE);
+    EXPECT_STATUS(ortmem_lease_drop(l2), ORTMEM_E_DOUBLE_FREE);
     hk = holder_report(a, "kv");
     cr_assert_eq(hk.leased_bytes, 0);
     cr_assert_eq(hk.owned_bytes, 2 * G);
     r = report_of(a);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     cr_assert_eq(r.available_bytes, 2 * G);
 
     OK(ortmem_region_destroy(rk));
     OK(ortmem_holder_refund(other, 4 * G));
-    /* A lease outlived by its authority: releasing it is a handle error. */
+    /* A lease outlived by its authority: dropping it is a handle error. */
     OK(ortmem_lease_acquire(kv, G, &l));
     OK(ortmem_authority_destroy(a));
-    EXPECT_STATUS(ortmem_lease_release(l), ORTMEM_E_HANDLE);
-    EXPECT_STATUS(ortmem_lease_release(l2), ORTMEM_E_HANDLE);
+    EXPECT_STATUS(ortmem_lease_drop(l), ORTMEM_E_HANDLE);
+    EXPECT_STATUS(ortmem_lease_drop(l2), ORTMEM_E_HANDLE);
     OK(ortmem_backend_destroy(b));
 }
 
@@ -703,40 +702,40 @@ Test(governance, grants_prepare_commit_abort_and_refund)
 
     OK(ortmem_grant_prepare(h, 3 * G, &g));
     ortmem_holder_report hr = holder_report(a, "engine");
-    cr_assert_eq(hr.reserved_bytes, 3 * G);
+    cr_assert_eq(hr.held_bytes, 3 * G);
     cr_assert_eq(hr.owned_bytes, 0);
     ortmem_authority_report r = report_of(a);
-    cr_assert_eq(r.reserved_bytes, 3 * G);
+    cr_assert_eq(r.claimed_bytes, 3 * G);
     cr_assert_eq(r.available_bytes, 5 * G);
 
     /* Commit less than prepared: the rest is refunded. */
-    OK(ortmem_grant_commit(g, 2 * G));
+    OK(ortmem_grant_charge(g, 2 * G));
     hr = holder_report(a, "engine");
-    cr_assert_eq(hr.reserved_bytes, 0);
+    cr_assert_eq(hr.held_bytes, 0);
     cr_assert_eq(hr.owned_bytes, 2 * G);
     cr_assert_eq(hr.mapped_bytes, 2 * G);
     r = report_of(a);
     cr_assert_eq(r.owned_bytes, 2 * G);
     cr_assert_eq(r.mapped_bytes, 2 * G);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     cr_assert_eq(r.available_bytes, 6 * G);
     cr_assert_eq(r.by_role_owned[ORTMEM_ROLE_KV], 2 * G);
     /* The grant is gone. */
-    EXPECT_STATUS(ortmem_grant_commit(g, G), ORTMEM_E_HANDLE);
+    EXPECT_STATUS(ortmem_grant_charge(g, G), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_grant_abort(g), ORTMEM_E_HANDLE);
 
     /* Committing above what was prepared is refused; the grant stays open. */
     OK(ortmem_grant_prepare(h, 2 * G, &g));
-    EXPECT_STATUS(ortmem_grant_commit(g, 2 * G + 1), ORTMEM_E_RANGE);
-    cr_assert_eq(holder_report(a, "engine").reserved_bytes, 2 * G);
+    EXPECT_STATUS(ortmem_grant_charge(g, 2 * G + 1), ORTMEM_E_RANGE);
+    cr_assert_eq(holder_report(a, "engine").held_bytes, 2 * G);
     cr_assert_eq(owned_of(a, "engine"), 2 * G);
     OK(ortmem_grant_abort(g));
     r = report_of(a);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     cr_assert_eq(r.available_bytes, 6 * G);
 
     /* A refused prepare changes nothing but the refusal count (and the pool
-     * holder, asked first, counts as one pressure call releasing nothing). */
+     * holder, asked first, counts as one pressure call reclaiming nothing). */
     ortmem_authority_report before;
     memset(&before, 0, sizeof before);
     before.struct_size = sizeof before;
@@ -758,7 +757,7 @@ Test(governance, grants_prepare_commit_abort_and_refund)
     OK(ortmem_authority_report_get(a, &after, ha, MAX_HOLDERS));
     cr_assert_eq(after.refusals, before.refusals + 1);
     cr_assert_eq(after.pressure_calls, before.pressure_calls, "nobody had anything to give");
-    cr_assert_eq(after.pressure_released_bytes, before.pressure_released_bytes);
+    cr_assert_eq(after.pressure_reclaimed_bytes, before.pressure_reclaimed_bytes);
     after.refusals = before.refusals;
     after.pressure_calls = before.pressure_calls;
     cr_assert(memcmp(&before, &after, sizeof before) == 0, "the refusal changed the report");
@@ -781,9 +780,9 @@ Test(governance, grants_prepare_commit_abort_and_refund)
 static void assert_reports_equal(const ortmem_authority_report *x, const ortmem_authority_report *y)
 {
     cr_assert(memcmp(x, y, sizeof *x) == 0,
-              "reports differ: owned %llu/%llu reserved %llu/%llu refusals %llu/%llu",
+              "reports differ: owned %llu/%llu claimed %llu/%llu refusals %llu/%llu",
               (unsigned long long)x->owned_bytes, (unsigned long long)y->owned_bytes,
-              (unsigned long long)x->reserved_bytes, (unsigned long long)y->reserved_bytes,
+              (unsigned long long)x->claimed_bytes, (unsigned long long)y->claimed_bytes,
               (unsigned long long)x->refusals, (unsigned long long)y->refusals);
 }
 
@@ -800,13 +799,13 @@ Test(governance, prepare_many_over_two_authorities_is_all_or_nothing)
     /* Listed against the lock order (the later authority first). */
     ortmem_holder *rev[2] = {h2, h1};
     OK(ortmem_grant_prepare_many(2, rev, bytes, grants));
-    cr_assert_eq(holder_report(a2, "two").reserved_bytes, 2 * G);
-    cr_assert_eq(holder_report(a1, "one").reserved_bytes, 3 * G);
-    OK(ortmem_grant_commit(grants[0], G)); /* h2's */
+    cr_assert_eq(holder_report(a2, "two").held_bytes, 2 * G);
+    cr_assert_eq(holder_report(a1, "one").held_bytes, 3 * G);
+    OK(ortmem_grant_charge(grants[0], G)); /* h2's */
     OK(ortmem_grant_abort(grants[1]));
     cr_assert_eq(owned_of(a2, "two"), G);
-    cr_assert_eq(report_of(a1).reserved_bytes, 0);
-    cr_assert_eq(report_of(a2).reserved_bytes, 0);
+    cr_assert_eq(report_of(a1).claimed_bytes, 0);
+    cr_assert_eq(report_of(a2).claimed_bytes, 0);
 
     /* The second claim does not fit: neither authority changes. */
     ortmem_holder *hs[2] = {h1, h2};
@@ -844,7 +843,7 @@ Test(governance, prepare_many_over_two_authorities_is_all_or_nothing)
     bytes[0] = G;
     EXPECT_STATUS(ortmem_grant_prepare_many(2, hs, bytes, grants), ORTMEM_E_INVALID);
     EXPECT_STATUS(ortmem_grant_prepare_many(0, hs, bytes, grants), ORTMEM_E_INVALID);
-    cr_assert_eq(report_of(a1).reserved_bytes, 0);
+    cr_assert_eq(report_of(a1).claimed_bytes, 0);
 
     OK(ortmem_holder_refund(h2, G));
     OK(ortmem_authority_destroy(a1));
@@ -860,7 +859,7 @@ Test(governance, pressure_asks_the_lowest_priority_first_and_never_the_requester
     ortmem_backend *b = test_backend();
     ortmem_authority *a = authority_on(b, 8 * G, 0);
     reclaimer p5 = {.tag = "p5"}, p1 = {.tag = "p1"}, p3 = {.tag = "p3"}, req = {.tag = "req"};
-    /* Registered out of order; p1 releases nothing and is tolerated. */
+    /* Registered out of order; p1 reclaims nothing and is tolerated. */
     ortmem_holder *h5 = holder_with(a, "p5", ORTMEM_ROLE_WEIGHTS, 5, reclaim, &p5);
     ortmem_holder *h1 = holder_with(a, "p1", ORTMEM_ROLE_KV, 1, reclaim, &p1);
     ortmem_holder *h3 = holder_with(a, "p3", ORTMEM_ROLE_KV, 3, reclaim, &p3);
@@ -892,7 +891,7 @@ Test(governance, pressure_asks_the_lowest_priority_first_and_never_the_requester
     cr_assert_eq(owned_of(a, "req"), 4 * G);
     ortmem_authority_report r = report_of(a);
     cr_assert_eq(r.owned_bytes, 8 * G);
-    cr_assert_eq(r.pressure_released_bytes, 2 * G);
+    cr_assert_eq(r.pressure_reclaimed_bytes, 2 * G);
     cr_assert_eq(r.pressure_calls, 2); /* p1, p3: the empty pool is not asked */
     cr_assert_eq(r.refusals, 0);
 
@@ -977,9 +976,9 @@ Test(governance, a_pressure_callback_may_reenter_the_authority, .timeout = 10)
     cr_assert_eq(owned_of(a, "user"), 3 * G);
     ortmem_authority_report r = report_of(a);
     cr_assert_eq(r.owned_bytes, 3 * G);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     cr_assert_eq(r.refusals, 2); /* the two refusals inside the callback */
-    cr_assert_eq(r.pressure_released_bytes, 3 * G);
+    cr_assert_eq(r.pressure_reclaimed_bytes, 3 * G);
     cr_assert_eq(r.pressure_calls, 1); /* the callback: the empty pool is not asked */
 
     OK(ortmem_region_destroy(ru));
@@ -1015,7 +1014,7 @@ Test(governance, lowering_the_limit_asks_holders_then_holds_or_refuses_growth)
     cr_assert_eq(out.new_limit_bytes, 4 * G);
     cr_assert_eq(out.reclaimed_bytes, 2 * G);
     cr_assert_eq(out.charged_bytes, 4 * G);
-    cr_assert(out.holds);
+    cr_assert(out.within_limit);
     cr_assert_eq(rec.last_want, 2 * G);
     cr_assert_eq(owned_of(a, "cache"), G);
     ortmem_authority_report r = report_of(a);
@@ -1024,13 +1023,13 @@ Test(governance, lowering_the_limit_asks_holders_then_holds_or_refuses_growth)
     cr_assert_eq(r.available_bytes, 0);
     cr_assert_eq(stats_of(b).owned_bytes, 4 * G);
 
-    /* Nobody releases: the limit is committed but does not hold. */
+    /* Nobody reclaims: the limit is applied but is not met. */
     rec.give_nothing = 1;
     OK(ortmem_authority_set_limit(a, 2 * G, &out));
     cr_assert_eq(out.old_limit_bytes, 4 * G);
     cr_assert_eq(out.reclaimed_bytes, 0);
     cr_assert_eq(out.charged_bytes, 4 * G);
-    cr_assert(!out.holds);
+    cr_assert(!out.within_limit);
     r = report_of(a);
     cr_assert_eq(r.limit_bytes, 2 * G);
     cr_assert_eq(r.owned_bytes, 4 * G);
@@ -1256,7 +1255,7 @@ Test(governance, teardown_keeps_a_device_still_in_use)
     /* A holder charged through a grant keeps the authority. */
     ortmem_grant *g = NULL;
     OK(ortmem_grant_prepare(h, G, &g));
-    OK(ortmem_grant_commit(g, G));
+    OK(ortmem_grant_charge(g, G));
     EXPECT_STATUS(ortmem_process_teardown(), ORTMEM_E_BUSY);
     cr_assert(strstr(ortmem_last_error(), "'engine'"), "%s", ortmem_last_error());
     OK(ortmem_device_authority(id, &a));

@@ -8,7 +8,7 @@
  * The model predicts every status. Backend faults cannot be predicted, so a
  * call the model expects to succeed may instead fail with ORTMEM_E_BACKEND
  * (only if a fault was injected): it must then have changed nothing, except
- * granules that a failed rollback poisoned. Those, and ORTMEM_E_QUARANTINED
+ * granules that a failed rollback quarantined. Those, and ORTMEM_E_QUARANTINED
  * outcomes, are re-read from the region's granule states; the user holders'
  * charges are never re-read: they must equal what the model derives from the
  * granule states (owned = mapped = grant-charged bytes + one granule per mapped
@@ -27,7 +27,7 @@
 #define RG 12    /* granules per region */
 #define MAXG 4   /* open grants per holder */
 #define MAXL 3   /* leases per holder */
-#define MAXD 24  /* pending deferred releases */
+#define MAXD 24  /* pending retirements */
 #define NF 3     /* fences */
 #define OPS 5000 /* per seed */
 
@@ -61,11 +61,11 @@ typedef struct mholder {
     mregion reg[NR];
 } mholder;
 
-typedef struct mdeferred {
+typedef struct mretirement {
     int holder, region;
     size_t g0, n;
     int fence;
-} mdeferred;
+} mretirement;
 
 typedef struct mfence {
     ortmem_fence *f;
@@ -76,7 +76,7 @@ typedef struct mfence {
  * what is still missing, until enough was reported or everyone was asked. */
 typedef struct episode {
     bool active;
-    uint64_t want, released;
+    uint64_t want, reclaimed;
     int order[NH];
     int n, idx;
 } episode;
@@ -91,14 +91,14 @@ typedef struct model {
     mholder h[NH];
     uint64_t limit;
     uint64_t q_owned, q_mapped; /* the quarantine holder: mirrors the backend */
-    mdeferred d[MAXD];
+    mretirement d[MAXD];
     size_t nd;
     mfence f[NF];
     episode ep;
     /* What the run exercised, for the closing log line. */
-    uint64_t n_budget, n_backend, n_quarantined, n_pressure, n_callbacks, n_deferred_done;
-    uint64_t n_deferred_failed, n_deferred_quarantined;
-    uint64_t pressure_released; /* what the callbacks reported */
+    uint64_t n_budget, n_backend, n_quarantined, n_pressure, n_callbacks, n_retire_done;
+    uint64_t n_retire_failed, n_retire_quarantined;
+    uint64_t pressure_reclaimed; /* what the callbacks reported */
 } model;
 
 static model *M; /* the pressure callbacks' way back into the model */
@@ -152,7 +152,7 @@ static uint64_t owned_of(const mholder *mh)
     return mh->grant_owned + G * mapped_slots(mh);
 }
 
-static uint64_t reserved_of(const mholder *mh)
+static uint64_t held_of(const mholder *mh)
 {
     uint64_t s = 0;
     for (size_t i = 0; i < mh->ngrants; i++)
@@ -170,7 +170,7 @@ static uint64_t leased_of(const mholder *mh)
 
 static uint64_t footprint(const mholder *mh, uint64_t extra)
 {
-    return max64(owned_of(mh) + reserved_of(mh) + extra, leased_of(mh));
+    return max64(owned_of(mh) + held_of(mh) + extra, leased_of(mh));
 }
 
 static uint64_t used(void)
@@ -255,8 +255,8 @@ static void check_all(void)
                (unsigned long long)hr->owned_bytes, (unsigned long long)o);
         MCHECK(hr->mapped_bytes == o, "%s mapped %llu, model %llu", mh->name,
                (unsigned long long)hr->mapped_bytes, (unsigned long long)o);
-        MCHECK(hr->reserved_bytes == reserved_of(mh), "%s reserved %llu, model %llu", mh->name,
-               (unsigned long long)hr->reserved_bytes, (unsigned long long)reserved_of(mh));
+        MCHECK(hr->held_bytes == held_of(mh), "%s reserved %llu, model %llu", mh->name,
+               (unsigned long long)hr->held_bytes, (unsigned long long)held_of(mh));
         MCHECK(hr->leased_bytes == leased_of(mh), "%s leased %llu, model %llu", mh->name,
                (unsigned long long)hr->leased_bytes, (unsigned long long)leased_of(mh));
         MCHECK(hr->requested_bytes == G * mapped_slots(mh), "%s requested %llu, model %llu",
@@ -279,19 +279,19 @@ static void check_all(void)
     MCHECK(rep.mapped_bytes == mapped, "mapped %llu, model %llu",
            (unsigned long long)rep.mapped_bytes, (unsigned long long)mapped);
     uint64_t u = used();
-    MCHECK(rep.owned_bytes + rep.reserved_bytes == u, "owned + reserved %llu, model used %llu",
-           (unsigned long long)(rep.owned_bytes + rep.reserved_bytes), (unsigned long long)u);
+    MCHECK(rep.owned_bytes + rep.claimed_bytes == u, "owned + reserved %llu, model used %llu",
+           (unsigned long long)(rep.owned_bytes + rep.claimed_bytes), (unsigned long long)u);
     MCHECK(rep.available_bytes == (u < M->limit ? M->limit - u : 0), "available %llu",
            (unsigned long long)rep.available_bytes);
-    MCHECK(rep.releases_pending == M->nd, "releases pending %llu, model %zu",
-           (unsigned long long)rep.releases_pending, M->nd);
+    MCHECK(rep.retirements_pending == M->nd, "retirements pending %llu, model %zu",
+           (unsigned long long)rep.retirements_pending, M->nd);
     MCHECK(rep.tickets_waiting == 0, "tickets waiting");
     MCHECK(rep.refusals == M->n_budget, "%llu refusals, model %llu",
            (unsigned long long)rep.refusals, (unsigned long long)M->n_budget);
-    MCHECK(rep.pressure_released_bytes == M->pressure_released,
+    MCHECK(rep.pressure_reclaimed_bytes == M->pressure_reclaimed,
            "pressure released %llu, the callbacks reported %llu",
-           (unsigned long long)rep.pressure_released_bytes,
-           (unsigned long long)M->pressure_released);
+           (unsigned long long)rep.pressure_reclaimed_bytes,
+           (unsigned long long)M->pressure_reclaimed);
     /* The backend knows what regions map; grants cover memory mapped elsewhere. */
     uint64_t granted = 0;
     for (int k = 0; k < NH; k++)
@@ -334,9 +334,9 @@ static void expect_pressure(int exclude, uint64_t want)
 static void pressure_done(void)
 {
     episode *ep = &M->ep;
-    MCHECK(ep->idx == ep->n || ep->released >= ep->want,
+    MCHECK(ep->idx == ep->n || ep->reclaimed >= ep->want,
            "pressure stopped after %d of %d holders with %llu of %llu released", ep->idx, ep->n,
-           (unsigned long long)ep->released, (unsigned long long)ep->want);
+           (unsigned long long)ep->reclaimed, (unsigned long long)ep->want);
     ep->active = false;
 }
 
@@ -355,22 +355,22 @@ static bool range_pending(const mregion *mr, size_t g0, size_t n)
 static void op_commit(int k, int r, size_t g0, size_t n)
 {
     mregion *mr = &M->h[k].reg[r];
-    bool poisoned = false;
+    bool quarantined = false;
     size_t wanted = 0;
     uint8_t before[RG];
     memcpy(before, mr->slot, sizeof before);
     for (size_t i = g0; i < g0 + n; i++) {
-        poisoned |= mr->slot[i] == S_POISONED;
+        quarantined |= mr->slot[i] == S_POISONED;
         wanted += mr->slot[i] == S_UNMAPPED;
     }
     uint64_t inj = injected();
-    bool pressure = !poisoned && wanted && !fits(k, wanted * G);
+    bool pressure = !quarantined && wanted && !fits(k, wanted * G);
     if (pressure)
         expect_pressure(k, shortfall(k, wanted * G));
     ortmem_status st = ortmem_region_commit(mr->r, g0 * G, n * G);
     if (pressure)
         pressure_done();
-    if (poisoned) {
+    if (quarantined) {
         MSTATUS(st, ORTMEM_E_STATE);
     } else if (!wanted) {
         MSTATUS(st, ORTMEM_OK);
@@ -462,13 +462,13 @@ static void op_create(int k, int r)
 static void op_destroy(int k, int r)
 {
     mregion *mr = &M->h[k].reg[r];
-    bool poisoned = false;
+    bool quarantined = false;
     for (size_t i = 0; i < RG; i++)
-        poisoned |= mr->slot[i] == S_POISONED;
+        quarantined |= mr->slot[i] == S_POISONED;
     uint64_t inj = injected(), q = M->q_owned;
     ortmem_status st = ortmem_region_destroy(mr->r);
-    /* Poisoned granules stay, so their VA does: that is reported every time. */
-    if (poisoned)
+    /* Quarantined granules stay, so their VA does: that is reported every time. */
+    if (quarantined)
         MSTATUS(st, ORTMEM_E_QUARANTINED);
     else if (st != ORTMEM_OK) {
         MSTATUS(st, ORTMEM_E_QUARANTINED);
@@ -490,8 +490,8 @@ static uint64_t on_pressure(void *user, uint64_t want)
     MCHECK(ep->active, "%s asked outside any expected pressure", mh->name);
     MCHECK(ep->idx < ep->n && ep->order[ep->idx] == k, "%s asked out of order (position %d)",
            mh->name, ep->idx);
-    MCHECK(want == ep->want - ep->released, "%s asked for %llu, expected %llu", mh->name,
-           (unsigned long long)want, (unsigned long long)(ep->want - ep->released));
+    MCHECK(want == ep->want - ep->reclaimed, "%s asked for %llu, expected %llu", mh->name,
+           (unsigned long long)want, (unsigned long long)(ep->want - ep->reclaimed));
     ep->idx++;
     M->n_callbacks++;
     uint64_t got = 0;
@@ -514,8 +514,8 @@ static uint64_t on_pressure(void *user, uint64_t want)
             }
         }
     }
-    ep->released += got;
-    M->pressure_released += got;
+    ep->reclaimed += got;
+    M->pressure_reclaimed += got;
     return got;
 }
 
@@ -566,11 +566,11 @@ static void op_grant_end(int k)
         break;
     case 1:
         /* More than prepared is refused and the grant stays open. */
-        EXPECT_STATUS(ortmem_grant_commit(mh->grant[i], bytes + 1), ORTMEM_E_RANGE);
+        EXPECT_STATUS(ortmem_grant_charge(mh->grant[i], bytes + 1), ORTMEM_E_RANGE);
         break;
     default: {
         uint64_t actual = below(bytes + 1);
-        OK(ortmem_grant_commit(mh->grant[i], actual));
+        OK(ortmem_grant_charge(mh->grant[i], actual));
         mh->grant_owned += actual;
         drop_grant(mh, i);
     }
@@ -597,15 +597,15 @@ static void op_lease(int k)
     if (mh->nleases && (mh->nleases == MAXL || below(2))) {
         size_t i = below(mh->nleases);
         ortmem_lease *l = mh->lease[i];
-        OK(ortmem_lease_release(l));
+        OK(ortmem_lease_drop(l));
         mh->lease[i] = mh->lease[--mh->nleases];
         mh->lease_bytes[i] = mh->lease_bytes[mh->nleases];
         if (below(4) == 0)
-            EXPECT_STATUS(ortmem_lease_release(l), ORTMEM_E_DOUBLE_FREE);
+            EXPECT_STATUS(ortmem_lease_drop(l), ORTMEM_E_DOUBLE_FREE);
         return;
     }
     uint64_t bytes = (1 + below(10)) * G;
-    uint64_t charged = owned_of(mh) + reserved_of(mh);
+    uint64_t charged = owned_of(mh) + held_of(mh);
     uint64_t grown = max64(leased_of(mh) + bytes, charged);
     bool ok = used() + (grown - footprint(mh, 0)) <= M->limit;
     ortmem_lease *l = NULL;
@@ -630,7 +630,7 @@ static void op_set_limit(void)
         expect_pressure(-1, u - limit);
     ortmem_limit_outcome out = {sizeof out, 0, 0, 0, 0, 0};
     ortmem_status st = ortmem_authority_set_limit(M->a, limit, &out);
-    uint64_t reclaimed = M->ep.active ? M->ep.released : 0;
+    uint64_t reclaimed = M->ep.active ? M->ep.reclaimed : 0;
     if (M->ep.active)
         pressure_done();
     MSTATUS(st, ORTMEM_OK);
@@ -640,11 +640,11 @@ static void op_set_limit(void)
     M->limit = limit;
     MCHECK(out.charged_bytes == used(), "charged %llu, model %llu",
            (unsigned long long)out.charged_bytes, (unsigned long long)used());
-    MCHECK(!out.holds == (used() > limit), "holds %d with %llu of %llu", out.holds,
+    MCHECK(!out.within_limit == (used() > limit), "holds %d with %llu of %llu", out.within_limit,
            (unsigned long long)used(), (unsigned long long)limit);
 }
 
-/* ---- deferred release ---- */
+/* ---- retirement ---- */
 
 static void op_defer(int k, int r, size_t g0, size_t n)
 {
@@ -659,7 +659,7 @@ static void op_defer(int k, int r, size_t g0, size_t n)
     OK(ortmem_region_decommit_after(mr->r, g0 * G, n * G, M->f[fi].f));
     for (size_t i = g0; i < g0 + n; i++)
         mr->pending[i] = true;
-    M->d[M->nd++] = (mdeferred){k, r, g0, n, fi};
+    M->d[M->nd++] = (mretirement){k, r, g0, n, fi};
 }
 
 static size_t fence_users(int fi)
@@ -693,12 +693,12 @@ static void op_fence(void)
 
 /* Poll (or a drain that does not wait): the releases whose fences completed
  * are carried out; each either left (every mapped granule unmapped: completed
- * or quarantined) or failed (nothing unmapped; restore failures poisoned) and
+ * or quarantined) or failed (nothing unmapped; restore failures quarantined) and
  * stays pending. */
 static void op_poll(bool drain)
 {
     uint64_t q = M->q_owned;
-    ortmem_release_report rr;
+    ortmem_retire_report rr;
     memset(&rr, 0, sizeof rr);
     rr.struct_size = sizeof rr;
     uint8_t before[MAXD][RG];
@@ -709,7 +709,7 @@ static void op_poll(bool drain)
     size_t left = 0, failed = 0, kept = 0;
     uint64_t left_bytes = 0;
     for (size_t j = 0; j < M->nd; j++) {
-        mdeferred d = M->d[j];
+        mretirement d = M->d[j];
         if (!M->f[d.fence].signalled) {
             M->d[kept++] = d;
             continue;
@@ -739,9 +739,9 @@ static void op_poll(bool drain)
         }
     }
     M->nd = kept;
-    M->n_deferred_done += left;
-    M->n_deferred_failed += failed;
-    M->n_deferred_quarantined += rr.quarantined;
+    M->n_retire_done += left;
+    M->n_retire_failed += failed;
+    M->n_retire_quarantined += rr.quarantined;
     sync_quarantine();
     MCHECK(rr.completed + rr.quarantined == left && rr.failed == failed,
            "report %llu completed, %llu quarantined, %llu failed; model %zu left, %zu failed",
@@ -753,8 +753,8 @@ static void op_poll(bool drain)
     if (M->q_owned > q)
         MCHECK(rr.quarantined + rr.failed > 0, "the quarantine grew but no release says so");
     if (!rr.quarantined)
-        MCHECK(rr.released_bytes == left_bytes, "released %llu, model %llu",
-               (unsigned long long)rr.released_bytes, (unsigned long long)left_bytes);
+        MCHECK(rr.decommitted_bytes == left_bytes, "released %llu, model %llu",
+               (unsigned long long)rr.decommitted_bytes, (unsigned long long)left_bytes);
     if (drain && M->nd)
         MSTATUS(st, ORTMEM_E_TIMEOUT);
     else if (failed)
@@ -797,7 +797,7 @@ static void step(void)
         M->what = "grant prepare";
         op_grant_prepare(k);
     } else if (roll < 57) {
-        M->what = "grant commit/abort";
+        M->what = "grant charge/abort";
         op_grant_end(k);
     } else if (roll < 62) {
         M->what = "holder refund";
@@ -865,7 +865,7 @@ static void run_model(uint64_t seed)
         check_all();
         /* Nothing goes over the limit through a reservation: used grows past
          * it only by memory that was quarantined in this very step. */
-        uint64_t u = used(), was = before.owned_bytes + before.reserved_bytes;
+        uint64_t u = used(), was = before.owned_bytes + before.claimed_bytes;
         MCHECK(u <= max64(m.limit, was) + (m.q_owned - q),
                "used %llu over the limit %llu (before %llu)", (unsigned long long)u,
                (unsigned long long)m.limit, (unsigned long long)was);
@@ -891,7 +891,7 @@ static void run_model(uint64_t seed)
             drop_grant(mh, 0);
         }
         for (size_t i = 0; i < mh->nleases; i++)
-            OK(ortmem_lease_release(mh->lease[i]));
+            OK(ortmem_lease_drop(mh->lease[i]));
         mh->nleases = 0;
         if (mh->grant_owned)
             OK(ortmem_holder_refund(mh->h, mh->grant_owned));
@@ -911,13 +911,13 @@ static void run_model(uint64_t seed)
     OK(ortmem_backend_destroy(m.cpu));
     cr_log_info("seed %llu: %llu faults injected, %llu budget refusals, %llu backend failures, "
                 "%llu quarantine events (%llu bytes), %llu pressure episodes, %llu callbacks, "
-                "%llu deferred releases done (%llu quarantined, %llu failed)",
+                "%llu retirements done (%llu quarantined, %llu failed)",
                 (unsigned long long)seed, (unsigned long long)faults,
                 (unsigned long long)m.n_budget, (unsigned long long)m.n_backend,
                 (unsigned long long)m.n_quarantined, (unsigned long long)m.q_owned,
                 (unsigned long long)m.n_pressure, (unsigned long long)m.n_callbacks,
-                (unsigned long long)m.n_deferred_done, (unsigned long long)m.n_deferred_quarantined,
-                (unsigned long long)m.n_deferred_failed);
+                (unsigned long long)m.n_retire_done, (unsigned long long)m.n_retire_quarantined,
+                (unsigned long long)m.n_retire_failed);
     M = NULL;
 }
 

@@ -3,7 +3,7 @@
  * stable growth that moves nothing against bucket growth that copies the live
  * prefix, data written through the bindings surviving growth, fork,
  * copy-on-write, truncate and swap, fork sharing, budget refusals, the prefix
- * cache and its release under pressure, the zero tail, the auto strategy, bad
+ * cache and its eviction under pressure, the zero tail, the auto strategy, bad
  * input, and a fault-injection sweep over a KV workload. Every assertion is on
  * bytes and counters. */
 #include <stdio.h>
@@ -91,7 +91,7 @@ static void env_close(kvt *t)
     ortmem_vmm_stats s = stats_of(t->backend);
     cr_assert_eq(s.owned_bytes, 0, "owned %llu after teardown", (unsigned long long)s.owned_bytes);
     cr_assert_eq(s.mapped_bytes, 0);
-    cr_assert_eq(s.reserved_bytes, 0);
+    cr_assert_eq(s.reserved_va_bytes, 0);
     OK(ortmem_backend_destroy(t->backend));
     if (t->host) {
         cr_assert_eq(stats_of(t->host).owned_bytes, 0);
@@ -566,8 +566,8 @@ Test(kv_cache, bucket_growth_copies_the_live_prefix_and_bumps_the_generation_exa
                         cr_assert_eq(b1.calls[ORTMEM_OP_EVENT_RECORD],
                                      b0.calls[ORTMEM_OP_EVENT_RECORD] + 1,
                                      "one event orders the old bucket's release after the copies");
-                        cr_assert_eq(b1.calls[ORTMEM_OP_EVENT_RELEASE],
-                                     b0.calls[ORTMEM_OP_EVENT_RELEASE] + 1);
+                        cr_assert_eq(b1.calls[ORTMEM_OP_EVENT_DESTROY],
+                                     b0.calls[ORTMEM_OP_EVENT_DESTROY] + 1);
                     }
                 } else {
                     cr_assert_eq(s1.growth_copied_bytes, s0.growth_copied_bytes);
@@ -756,7 +756,7 @@ static void swap_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy)
     OK(ortmem_kv_seq_swap_out(q->s));
     ortmem_kv_stats st = kv_stats(t.cache);
     cr_assert_eq(st.swaps_out, 1);
-    cr_assert_eq(st.committed_bytes, theirs, "%s: the device granules are released", what);
+    cr_assert_eq(st.committed_bytes, theirs, "%s: the device granules are decommitted", what);
     cr_assert_eq(owned_of(t.authority, "kv"), theirs);
     cr_assert_eq(stats_of(t.backend).owned_bytes, theirs);
     cr_assert_eq(stats_of(t.backend).mapped_bytes, theirs);
@@ -803,7 +803,7 @@ static void swap_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy)
     env_close(&t);
 }
 
-Test(kv_cache, swap_out_and_in_is_byte_identical_and_releases_the_device_meanwhile)
+Test(kv_cache, swap_out_and_in_is_byte_identical_and_decommits_the_device_meanwhile)
 {
     for (size_t l = 0; l < LAYOUT_COUNT; l++) {
         swap_roundtrip(layouts[l], ORTMEM_KV_STABLE);
@@ -886,7 +886,7 @@ Test(kv_cache, budget_refusal_mid_append_leaves_the_sequence_unchanged)
         ortmem_vmm_stats v1 = stats_of(t.backend);
         cr_assert_eq(v1.owned_bytes, v0.owned_bytes);
         cr_assert_eq(v1.mapped_bytes, v0.mapped_bytes);
-        cr_assert_eq(v1.reserved_bytes, v0.reserved_bytes);
+        cr_assert_eq(v1.reserved_va_bytes, v0.reserved_va_bytes);
         assert_intact(&t, q, "refused append");
 
         /* Past the maximum context: a range error, nothing changes. */
@@ -924,7 +924,7 @@ Test(kv_cache, budget_refusal_of_a_fork_changes_nothing)
     cr_assert_eq(kv_stats(t.cache).sequences, 1);
     cr_assert_eq(stats_of(t.backend).owned_bytes, v0.owned_bytes);
     cr_assert_eq(stats_of(t.backend).mapped_bytes, v0.mapped_bytes);
-    cr_assert_eq(stats_of(t.backend).reserved_bytes, v0.reserved_bytes);
+    cr_assert_eq(stats_of(t.backend).reserved_va_bytes, v0.reserved_va_bytes);
     free(k);
     grow(&t, q, 10); /* the parent is not left marked shared in a harmful way */
     assert_intact(&t, q, "after a refused fork");
@@ -1096,7 +1096,7 @@ static uint64_t reuse_of(kvt *t, int32_t salt, ortmem_kv_seq **keep)
     return reused;
 }
 
-Test(kv_cache, prefix_cache_releases_unreferenced_prefixes_lru_first_under_pressure)
+Test(kv_cache, prefix_cache_evicts_unreferenced_prefixes_lru_first_under_pressure)
 {
     kvt t;
     env_open(&t, 64 * G, 0);
@@ -1128,17 +1128,17 @@ Test(kv_cache, prefix_cache_releases_unreferenced_prefixes_lru_first_under_press
     /* One entry's worth more than is free: only B goes. */
     OK(ortmem_grant_prepare(other, avail + entry, &grant));
     st = kv_stats(t.cache);
-    cr_assert_eq(st.prefix_released, 1);
+    cr_assert_eq(st.prefix_evicted, 1);
     cr_assert_eq(st.prefix_entries, 2);
     cr_assert_eq(stats_of(t.backend).owned_bytes, 2 * entry);
-    OK(ortmem_grant_commit(grant, avail + entry));
+    OK(ortmem_grant_charge(grant, avail + entry));
     cr_assert_eq(reuse_of(&t, 0xb, NULL), 0, "B was the least recently used");
     cr_assert_eq(reuse_of(&t, 0xa, NULL), 256, "A stays");
 
     /* More: A goes; C is referenced and stays, so the grant is refused. */
     EXPECT_STATUS(ortmem_grant_prepare(other, 2 * entry, &grant), ORTMEM_E_BUDGET);
     st = kv_stats(t.cache);
-    cr_assert_eq(st.prefix_released, 2);
+    cr_assert_eq(st.prefix_evicted, 2);
     cr_assert_eq(st.prefix_entries, 1);
     cr_assert_eq(stats_of(t.backend).owned_bytes, entry);
     cr_assert_eq(reuse_of(&t, 0xa, NULL), 0);

@@ -24,7 +24,7 @@ typedef struct late_copy {
 typedef struct late_backend {
     late_copy queue[LATE_QUEUE];
     size_t queued, done;
-    uint64_t events, busy_answers, released;
+    uint64_t events, busy_answers, destroyed;
     size_t event_mark;      /* copies queued before the last event */
     uint64_t busy_left;     /* busy answers the last event still gives */
     uint64_t other_streams; /* stream work not on the cache's stream */
@@ -145,10 +145,10 @@ static ortmem_status late_event_query(void *self, uint64_t event)
                 b->queue[b->done].size);
     return ORTMEM_OK;
 }
-static ortmem_status late_event_release(void *self, uint64_t event)
+static ortmem_status late_event_destroy(void *self, uint64_t event)
 {
     (void)event;
-    ((late_backend *)self)->released++;
+    ((late_backend *)self)->destroyed++;
     return ORTMEM_OK;
 }
 static void late_destroy(void *self)
@@ -176,7 +176,7 @@ static ortmem_backend *late_backend_create(late_backend *state)
         .memset_async = late_memset_async,
         .event_record = late_event_record,
         .event_query = late_event_query,
-        .event_release = late_event_release,
+        .event_destroy = late_event_destroy,
     };
     ortmem_backend *b = NULL;
     OK(ortmem_backend_create(&ops, state, &b));
@@ -273,7 +273,7 @@ Test(kv_streams, bucket_growth_waits_for_its_stream_through_busy_events)
     }
     cr_assert_eq(moves, 4, "256 -> 512 -> 1024 -> 2048 -> 4096");
     cr_assert_eq(state->events, moves, "one event per move");
-    cr_assert_eq(state->released, state->events, "every event is released");
+    cr_assert_eq(state->destroyed, state->events, "every event is destroyed");
     cr_assert_eq(state->busy_answers, moves * BUSY_QUERIES, "growth queried through every busy");
     cr_assert_eq(state->other_streams, 0, "all growth work is on the cache's stream");
     cr_assert_gt(state->queued, moves, "the live prefix moves as one copy per fragment");
@@ -291,7 +291,7 @@ Test(kv_streams, swap_waits_for_its_stream_before_releasing_either_side)
     OK(ortmem_kv_seq_append(s, 1000));
     tokens_pass(s, 0, 1000, ROW_BYTES, 0);
     OK(ortmem_kv_seq_swap_out(s));
-    cr_assert_eq(e.state.events, 1, "one event orders the device release after the copies");
+    cr_assert_eq(e.state.events, 1, "one event orders the device decommit after the copies");
     cr_assert_eq(e.state.done, e.state.queued, "swap-out returned after its copies ran");
     cr_assert_gt(e.state.queued, 1, "one copy per fragment");
     OK(ortmem_kv_seq_swap_in(s));
@@ -299,7 +299,7 @@ Test(kv_streams, swap_waits_for_its_stream_before_releasing_either_side)
     cr_assert_eq(e.state.done, e.state.queued, "swap-in returned after its copies ran");
     cr_assert_eq(tokens_pass(s, 0, 1000, ROW_BYTES, 1), 0, "byte for byte after the round trip");
     cr_assert_eq(e.state.busy_answers, 2 * BUSY_QUERIES);
-    cr_assert_eq(e.state.released, 2);
+    cr_assert_eq(e.state.destroyed, 2);
     cr_assert_eq(e.state.other_streams, 0, "swap copies run on the cache's stream");
     OK(ortmem_kv_seq_destroy(s));
     late_env_close(&e);

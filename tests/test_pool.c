@@ -1,4 +1,4 @@
-/* The physical pool: reuse across regions, the byte cap, trim and reserve. */
+/* The physical pool: reuse across regions, the byte cap, trim and fill. */
 #include "support.h"
 
 #define G TEST_GRANULE
@@ -47,7 +47,7 @@ Test(pool, trim_and_lowering_the_cap_release_granules)
 {
     ortmem_backend *b = test_backend();
     OK(ortmem_pool_set_cap(b, 8 * G));
-    OK(ortmem_pool_reserve(b, 5 * G));
+    OK(ortmem_pool_fill(b, 5 * G));
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.pool_bytes, 5 * G);
     cr_assert_eq(s.calls[ORTMEM_OP_CREATE], 5);
@@ -60,7 +60,7 @@ Test(pool, trim_and_lowering_the_cap_release_granules)
     cr_assert_eq(s.pool_bytes, 0);
     cr_assert_eq(s.owned_bytes, 0);
     cr_assert_eq(s.pool_cap_bytes, 0);
-    EXPECT_STATUS(ortmem_pool_reserve(b, G), ORTMEM_E_RANGE);
+    EXPECT_STATUS(ortmem_pool_fill(b, G), ORTMEM_E_RANGE);
     OK(ortmem_backend_destroy(b));
 }
 
@@ -68,7 +68,7 @@ Test(pool, exportable_granules_bypass_the_pool)
 {
     ortmem_backend *b = test_backend();
     OK(ortmem_pool_set_cap(b, 4 * G));
-    OK(ortmem_pool_reserve(b, 2 * G));
+    OK(ortmem_pool_fill(b, 2 * G));
     ortmem_region *r = region_on(b, 2 * G, ORTMEM_REGION_EXPORTABLE);
     OK(ortmem_region_commit(r, 0, 2 * G));
     cr_assert_eq(stats_of(b).pool_hits, 0);
@@ -85,7 +85,7 @@ Test(pool, destroying_the_backend_releases_pooled_granules)
     ortmem_backend *wrapped;
     OK(ortmem_fault_backend_create(cpu, NULL, &wrapped));
     OK(ortmem_pool_set_cap(wrapped, 4 * G));
-    OK(ortmem_pool_reserve(wrapped, 3 * G));
+    OK(ortmem_pool_fill(wrapped, 3 * G));
     EXPECT_STATUS(ortmem_backend_destroy(cpu), ORTMEM_E_BUSY);
     OK(ortmem_backend_destroy(wrapped));
     cr_assert_eq(stats_of(cpu).calls[ORTMEM_OP_RELEASE], 3);

@@ -28,7 +28,7 @@ Test(region, create_rounds_to_the_granule_and_aligns_the_base)
     cr_assert_eq(ortmem_region_size(r), 4 * G);
     cr_assert_eq(ortmem_region_granule(r), G);
     cr_assert_eq((uintptr_t)ortmem_region_base(r) % G, 0);
-    cr_assert_eq(stats_of(b).reserved_bytes, 4 * G);
+    cr_assert_eq(stats_of(b).reserved_va_bytes, 4 * G);
     cr_assert_eq(stats_of(b).calls[ORTMEM_OP_RESERVE], 1);
     OK(ortmem_region_destroy(r));
     cr_assert_eq(stats_of(b).calls[ORTMEM_OP_UNRESERVE], 1);
@@ -213,7 +213,7 @@ Test(region, destroy_returns_every_byte)
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.calls[ORTMEM_OP_UNMAP], 2, "one unmap per run");
     cr_assert_eq(s.calls[ORTMEM_OP_RELEASE], 8);
-    cr_assert_eq(s.reserved_bytes, 0);
+    cr_assert_eq(s.reserved_va_bytes, 0);
     cr_assert_eq(s.leaked_va_bytes, 0);
 }
 

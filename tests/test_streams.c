@@ -1,5 +1,5 @@
 /* Streams and events through the backend seam: the CPU backend's synchronous
- * async primitives, the ledger's counts, event tracking (foreign and released
+ * async primitives, the ledger's counts, event tracking (foreign and destroyed
  * events never reach a backend), the fault-injection wrapper forwarding and
  * failing each new operation, and backends that lack the optional slots. */
 #include <pthread.h>
@@ -9,7 +9,7 @@
 
 static const ortmem_backend_op stream_ops[] = {
     ORTMEM_OP_COPY_ASYNC,  ORTMEM_OP_MEMSET_ASYNC,  ORTMEM_OP_EVENT_RECORD,
-    ORTMEM_OP_EVENT_QUERY, ORTMEM_OP_EVENT_RELEASE,
+    ORTMEM_OP_EVENT_QUERY, ORTMEM_OP_EVENT_DESTROY,
 };
 #define STREAM_OP_COUNT (sizeof stream_ops / sizeof stream_ops[0])
 
@@ -64,19 +64,19 @@ Test(streams, cpu_events_complete_at_once_and_are_tracked)
     cr_assert_neq(e1, e2, "each record is a distinct event");
     OK(ortmem_backend_event_query(b, e1));
     OK(ortmem_backend_event_query(b, e2));
-    OK(ortmem_backend_event_release(b, e1));
+    OK(ortmem_backend_event_destroy(b, e1));
     /* Released and never-recorded events are refused before the backend. */
     EXPECT_STATUS(ortmem_backend_event_query(b, e1), ORTMEM_E_NOT_FOUND);
     cr_assert_not_null(strstr(ortmem_last_error(), "not live"), "%s", ortmem_last_error());
-    EXPECT_STATUS(ortmem_backend_event_release(b, e1), ORTMEM_E_NOT_FOUND);
-    EXPECT_STATUS(ortmem_backend_event_release(b, 0xdeadbeef), ORTMEM_E_NOT_FOUND);
+    EXPECT_STATUS(ortmem_backend_event_destroy(b, e1), ORTMEM_E_NOT_FOUND);
+    EXPECT_STATUS(ortmem_backend_event_destroy(b, 0xdeadbeef), ORTMEM_E_NOT_FOUND);
     OK(ortmem_backend_event_query(b, e2));
-    OK(ortmem_backend_event_release(b, e2));
+    OK(ortmem_backend_event_destroy(b, e2));
 
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RECORD], 2);
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_QUERY], 3, "refused queries never reached the backend");
-    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RELEASE], 2);
+    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_DESTROY], 2);
     cr_assert_eq(s.failures[ORTMEM_OP_EVENT_QUERY], 0);
     OK(ortmem_backend_destroy(b));
 }
@@ -90,7 +90,7 @@ Test(streams, many_live_events_stay_distinct)
         OK(ortmem_backend_event_record(b, 0, &ev[i]));
     /* Release every other one, then check both halves. */
     for (int i = 0; i < N; i += 2)
-        OK(ortmem_backend_event_release(b, ev[i]));
+        OK(ortmem_backend_event_destroy(b, ev[i]));
     for (int i = 0; i < N; i++) {
         if (i % 2)
             OK(ortmem_backend_event_query(b, ev[i]));
@@ -98,8 +98,8 @@ Test(streams, many_live_events_stay_distinct)
             EXPECT_STATUS(ortmem_backend_event_query(b, ev[i]), ORTMEM_E_NOT_FOUND);
     }
     for (int i = 1; i < N; i += 2)
-        OK(ortmem_backend_event_release(b, ev[i]));
-    cr_assert_eq(stats_of(b).calls[ORTMEM_OP_EVENT_RELEASE], N);
+        OK(ortmem_backend_event_destroy(b, ev[i]));
+    cr_assert_eq(stats_of(b).calls[ORTMEM_OP_EVENT_DESTROY], N);
     OK(ortmem_backend_destroy(b));
 }
 
@@ -122,13 +122,13 @@ Test(streams, bad_input_is_a_status)
     EXPECT_STATUS(ortmem_backend_memset_async(b, buf, 0, 4, 0), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_backend_event_record(b, 0, &ev), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_backend_event_query(b, 1), ORTMEM_E_HANDLE);
-    EXPECT_STATUS(ortmem_backend_event_release(b, 1), ORTMEM_E_HANDLE);
+    EXPECT_STATUS(ortmem_backend_event_destroy(b, 1), ORTMEM_E_HANDLE);
 }
 
 Test(streams, op_names_cover_the_new_operations)
 {
     static const char *const names[] = {"copy_async", "memset_async", "event_record", "event_query",
-                                        "event_release"};
+                                        "event_destroy"};
     for (size_t k = 0; k < STREAM_OP_COUNT; k++) {
         cr_assert_str_eq(ortmem_backend_op_name(stream_ops[k]), names[k]);
         ortmem_backend_op op;
@@ -136,7 +136,7 @@ Test(streams, op_names_cover_the_new_operations)
         cr_assert_eq(op, stream_ops[k]);
     }
     cr_assert_str_eq(ortmem_backend_op_name(ORTMEM_OP_ANY), "any");
-    cr_assert_eq(ORTMEM_OP_EVENT_RELEASE + 1, ORTMEM_OP_COUNT, "appended before the count");
+    cr_assert_eq(ORTMEM_OP_EVENT_DESTROY + 1, ORTMEM_OP_COUNT, "appended before the count");
 }
 
 /* ---- the fault-injection wrapper ---- */
@@ -151,7 +151,7 @@ static ortmem_backend *fault_on(ortmem_backend *inner, ortmem_backend_op op, uin
     return f;
 }
 
-/* Calls op once through b; ev is a live event for query and release. */
+/* Calls op once through b; ev is a live event for query and destroy. */
 static ortmem_status call_op(ortmem_backend *b, ortmem_backend_op op, uint8_t *mem, uint64_t ev)
 {
     uint64_t out;
@@ -161,11 +161,11 @@ static ortmem_status call_op(ortmem_backend *b, ortmem_backend_op op, uint8_t *m
     case ORTMEM_OP_EVENT_RECORD: {
         ortmem_status st = ortmem_backend_event_record(b, 0, &out);
         if (st == ORTMEM_OK)
-            OK(ortmem_backend_event_release(b, out));
+            OK(ortmem_backend_event_destroy(b, out));
         return st;
     }
     case ORTMEM_OP_EVENT_QUERY: return ortmem_backend_event_query(b, ev);
-    case ORTMEM_OP_EVENT_RELEASE: return ortmem_backend_event_release(b, ev);
+    case ORTMEM_OP_EVENT_DESTROY: return ortmem_backend_event_destroy(b, ev);
     default: cr_assert_fail("not a stream op");
     }
     return ORTMEM_E_INVALID;
@@ -180,7 +180,7 @@ Test(streams, fault_backend_forwards_and_fails_each_new_operation)
         ortmem_backend_op op = stream_ops[k];
         ortmem_backend *f = fault_on(cpu, op, 1);
         uint64_t ev = 0;
-        if (op == ORTMEM_OP_EVENT_QUERY || op == ORTMEM_OP_EVENT_RELEASE)
+        if (op == ORTMEM_OP_EVENT_QUERY || op == ORTMEM_OP_EVENT_DESTROY)
             OK(ortmem_backend_event_record(f, 0, &ev));
         ortmem_vmm_stats inner_before = stats_of(cpu);
 
@@ -192,7 +192,7 @@ Test(streams, fault_backend_forwards_and_fails_each_new_operation)
                      ortmem_backend_op_name(op));
         cr_assert_eq(stats_of(f).failures[op], 1);
 
-        /* The second is forwarded. A failed release left the event live. */
+        /* The second is forwarded. A failed destroy left the event live. */
         OK(call_op(f, op, mem, ev));
         cr_assert_eq(stats_of(cpu).calls[op], inner_before.calls[op] + 1);
         uint64_t calls = 0, injected = 0;
@@ -200,7 +200,7 @@ Test(streams, fault_backend_forwards_and_fails_each_new_operation)
         cr_assert_eq(calls, 2);
         cr_assert_eq(injected, 1);
         if (op == ORTMEM_OP_EVENT_QUERY)
-            OK(ortmem_backend_event_release(f, ev));
+            OK(ortmem_backend_event_destroy(f, ev));
         OK(ortmem_backend_destroy(f));
     }
     OK(ortmem_region_destroy(r));
@@ -237,7 +237,7 @@ Test(streams, fault_backend_with_probability_fails_some_async_copies)
 /* ---- custom backends with and without the slots ---- */
 
 typedef struct counting_backend {
-    int releases;
+    int destroys;
     int destroyed;
 } counting_backend;
 
@@ -313,10 +313,10 @@ static ortmem_status cb_event_query(void *self, uint64_t event)
     (void)self;
     return event % 2 ? ORTMEM_E_BUSY : ORTMEM_OK;
 }
-static ortmem_status cb_event_release(void *self, uint64_t event)
+static ortmem_status cb_event_destroy(void *self, uint64_t event)
 {
     (void)event;
-    ((counting_backend *)self)->releases++;
+    ((counting_backend *)self)->destroys++;
     return ORTMEM_OK;
 }
 static void cb_destroy(void *self)
@@ -340,7 +340,7 @@ static ortmem_backend_ops counting_ops(void)
         .destroy = cb_destroy,
         .event_record = cb_event_record,
         .event_query = cb_event_query,
-        .event_release = cb_event_release,
+        .event_destroy = cb_event_destroy,
     };
     return ops;
 }
@@ -358,7 +358,7 @@ Test(streams, missing_slots_are_unsupported_and_not_counted)
     EXPECT_STATUS(ortmem_backend_memset_async(b, buf, 0, 8, 0), ORTMEM_E_UNSUPPORTED);
     EXPECT_STATUS(ortmem_backend_event_record(b, 0, &ev), ORTMEM_E_UNSUPPORTED);
     EXPECT_STATUS(ortmem_backend_event_query(b, 1), ORTMEM_E_UNSUPPORTED);
-    EXPECT_STATUS(ortmem_backend_event_release(b, 1), ORTMEM_E_UNSUPPORTED);
+    EXPECT_STATUS(ortmem_backend_event_destroy(b, 1), ORTMEM_E_UNSUPPORTED);
     /* A wrapper offers exactly what its inner backend offers. */
     ortmem_backend *f = fault_on(b, ORTMEM_OP_ANY, 0);
     EXPECT_STATUS(ortmem_backend_copy_async(f, buf, buf + 32, 8, 0), ORTMEM_E_UNSUPPORTED);
@@ -383,10 +383,10 @@ Test(streams, an_older_vtable_has_no_stream_slots)
     uint64_t ev;
     EXPECT_STATUS(ortmem_backend_event_record(b, 0, &ev), ORTMEM_E_UNSUPPORTED);
     OK(ortmem_backend_destroy(b));
-    cr_assert_eq(state.releases, 0);
+    cr_assert_eq(state.destroys, 0);
 }
 
-Test(streams, pending_is_busy_and_live_events_are_released_at_destroy)
+Test(streams, pending_is_busy_and_live_events_are_destroyed_with_the_backend)
 {
     counting_backend state = {0};
     ortmem_backend_ops ops = counting_ops();
@@ -405,10 +405,10 @@ Test(streams, pending_is_busy_and_live_events_are_released_at_destroy)
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_QUERY], 4);
     cr_assert_eq(s.failures[ORTMEM_OP_EVENT_QUERY], 0, "pending is an answer, not a failure");
-    OK(ortmem_backend_event_release(b, ev[0]));
-    cr_assert_eq(state.releases, 1);
+    OK(ortmem_backend_event_destroy(b, ev[0]));
+    cr_assert_eq(state.destroys, 1);
     OK(ortmem_backend_destroy(b));
-    cr_assert_eq(state.releases, 4, "the three live events were released at destroy");
+    cr_assert_eq(state.destroys, 4, "the three live events were destroyed with the backend");
 }
 
 /* ---- threads ---- */
@@ -425,7 +425,7 @@ static void *race_events(void *arg)
         uint64_t ev;
         if (ortmem_backend_event_record(r->b, (uint64_t)i, &ev) != ORTMEM_OK ||
             ortmem_backend_event_query(r->b, ev) != ORTMEM_OK ||
-            ortmem_backend_event_release(r->b, ev) != ORTMEM_OK)
+            ortmem_backend_event_destroy(r->b, ev) != ORTMEM_OK)
             return (void *)1;
     }
     return NULL;
@@ -447,6 +447,6 @@ Test(streams, events_from_several_threads)
     ortmem_vmm_stats s = stats_of(b);
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RECORD], THREADS * ROUNDS);
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_QUERY], THREADS * ROUNDS);
-    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RELEASE], THREADS * ROUNDS);
+    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_DESTROY], THREADS * ROUNDS);
     OK(ortmem_backend_destroy(b));
 }

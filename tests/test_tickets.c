@@ -85,7 +85,7 @@ static void charge(ortmem_holder *h, uint64_t units)
 {
     ortmem_grant *gr = NULL;
     OK(ortmem_grant_prepare(h, units * U, &gr));
-    OK(ortmem_grant_commit(gr, units * U));
+    OK(ortmem_grant_charge(gr, units * U));
 }
 
 /* The granted ticket's grant, or NULL when wait(0) says it still waits. */
@@ -118,9 +118,9 @@ static ortmem_region *region_for(gov *g, ortmem_holder *h, size_t size)
     return r;
 }
 
-static ortmem_release_report release_report(void)
+static ortmem_retire_report retire_report(void)
 {
-    ortmem_release_report rr;
+    ortmem_retire_report rr;
     memset(&rr, 0, sizeof rr);
     rr.struct_size = sizeof rr;
     return rr;
@@ -145,17 +145,17 @@ Test(tickets, the_issue_scenario_grants_exactly_one_and_nobody_steals_it)
     cr_assert_null(poll_ticket(t8));
     ortmem_authority_report r = report_of(&g);
     cr_assert_eq(r.tickets_waiting, 2);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
 
     /* A release of 12 grants exactly the 10-unit ticket, charged before anyone wakes. */
     OK(ortmem_holder_refund(filler, 12 * U));
     r = report_of(&g);
     cr_assert_eq(r.owned_bytes, 8 * U);
-    cr_assert_eq(r.reserved_bytes, 10 * U);
+    cr_assert_eq(r.claimed_bytes, 10 * U);
     cr_assert_eq(r.available_bytes, 2 * U);
     cr_assert_eq(r.tickets_waiting, 1);
-    cr_assert_eq(holder_report(&g, "ten").reserved_bytes, 10 * U);
-    cr_assert_eq(holder_report(&g, "eight").reserved_bytes, 0);
+    cr_assert_eq(holder_report(&g, "ten").held_bytes, 10 * U);
+    cr_assert_eq(holder_report(&g, "eight").held_bytes, 0);
 
     /* A fresh 12-unit request cannot steal it, and its refusal changes nothing. */
     ortmem_grant *stolen = NULL;
@@ -165,7 +165,7 @@ Test(tickets, the_issue_scenario_grants_exactly_one_and_nobody_steals_it)
     cr_assert(strstr(ortmem_last_error(), "limit 1310720"), "%s", ortmem_last_error());
     ortmem_authority_report after = report_of(&g);
     cr_assert_eq(after.owned_bytes, r.owned_bytes);
-    cr_assert_eq(after.reserved_bytes, r.reserved_bytes);
+    cr_assert_eq(after.claimed_bytes, r.claimed_bytes);
     cr_assert_eq(after.refusals, r.refusals + 1);
 
     ortmem_grant *g10 = poll_ticket(t10);
@@ -182,14 +182,14 @@ Test(tickets, the_issue_scenario_grants_exactly_one_and_nobody_steals_it)
     r = report_of(&g);
     cr_assert_eq(r.tickets_waiting, 0);
     cr_assert_eq(r.owned_bytes, 2 * U);
-    cr_assert_eq(r.reserved_bytes, 18 * U);
+    cr_assert_eq(r.claimed_bytes, 18 * U);
     cr_assert_eq(r.available_bytes, 0);
 
-    OK(ortmem_grant_commit(g10, 10 * U));
-    OK(ortmem_grant_commit(g8, 7 * U)); /* partial: one unit refunded */
+    OK(ortmem_grant_charge(g10, 10 * U));
+    OK(ortmem_grant_charge(g8, 7 * U)); /* partial: one unit refunded */
     r = report_of(&g);
     cr_assert_eq(r.owned_bytes, 19 * U);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     cr_assert_eq(r.available_bytes, U);
 
     OK(ortmem_holder_refund(filler, 2 * U));
@@ -208,7 +208,7 @@ Test(tickets, a_ticket_that_fits_is_granted_at_submit)
     ortmem_holder *h = holder_new(&g, "h");
     ortmem_ticket *t = NULL;
     OK(ortmem_ticket_submit(h, 5 * U, 0, &t));
-    cr_assert_eq(report_of(&g).reserved_bytes, 5 * U);
+    cr_assert_eq(report_of(&g).claimed_bytes, 5 * U);
     ortmem_grant *gr = poll_ticket(t);
     cr_assert_not_null(gr);
     OK(ortmem_grant_abort(gr));
@@ -230,7 +230,7 @@ Test(tickets, bad_input_and_a_ticket_above_the_limit_are_refused_at_submit)
     cr_assert_null(t);
     ortmem_authority_report r = report_of(&g);
     cr_assert_eq(r.tickets_waiting, 0);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     ortmem_grant *gr = NULL;
     EXPECT_STATUS(ortmem_ticket_wait(NULL, 0, &gr), ORTMEM_E_INVALID);
     EXPECT_STATUS(ortmem_ticket_cancel(NULL), ORTMEM_E_INVALID);
@@ -366,10 +366,10 @@ Test(tickets, raising_the_limit_serves_waiting_tickets)
     cr_assert_null(poll_ticket(t));
     ortmem_limit_outcome lo = {sizeof lo, 0, 0, 0, 0, 0};
     OK(ortmem_authority_set_limit(g.authority, 15 * U, &lo));
-    cr_assert(lo.holds);
+    cr_assert(lo.within_limit);
     ortmem_grant *gr = poll_ticket(t);
     cr_assert_not_null(gr);
-    OK(ortmem_grant_commit(gr, 5 * U));
+    OK(ortmem_grant_charge(gr, 5 * U));
     OK(ortmem_holder_refund(h, 5 * U));
     OK(ortmem_holder_refund(filler, 10 * U));
     OK(ortmem_holder_unregister(filler));
@@ -445,7 +445,7 @@ Test(tickets, cancel_wakes_a_waiter_in_another_thread_with_cancelled)
         cancelled = w.status == ORTMEM_E_CANCELLED;
         ortmem_authority_report r = report_of(&g);
         cr_assert_eq(r.tickets_waiting, 0);
-        cr_assert_eq(r.reserved_bytes, 0);
+        cr_assert_eq(r.claimed_bytes, 0);
         /* The cancelled ticket is gone. */
         ortmem_grant *gr = NULL;
         EXPECT_STATUS(ortmem_ticket_wait(w.ticket, 0, &gr), ORTMEM_E_HANDLE);
@@ -468,13 +468,13 @@ Test(tickets, cancel_after_the_grant_aborts_it_and_the_capacity_returns)
     ortmem_ticket *t = NULL;
     OK(ortmem_ticket_submit(h, 5 * U, 0, &t));
     OK(ortmem_holder_refund(filler, 5 * U));
-    cr_assert_eq(holder_report(&g, "h").reserved_bytes, 5 * U, "granted meanwhile");
+    cr_assert_eq(holder_report(&g, "h").held_bytes, 5 * U, "granted meanwhile");
     cr_assert_eq(report_of(&g).available_bytes, 0);
     OK(ortmem_ticket_cancel(t));
     ortmem_authority_report r = report_of(&g);
-    cr_assert_eq(r.reserved_bytes, 0);
+    cr_assert_eq(r.claimed_bytes, 0);
     cr_assert_eq(r.available_bytes, 5 * U);
-    cr_assert_eq(holder_report(&g, "h").reserved_bytes, 0);
+    cr_assert_eq(holder_report(&g, "h").held_bytes, 0);
     ortmem_grant *gr = NULL;
     EXPECT_STATUS(ortmem_ticket_wait(t, 0, &gr), ORTMEM_E_HANDLE);
     /* The capacity is free for anyone now; h has no open grant left. */
@@ -531,8 +531,8 @@ Test(tickets, a_timeout_racing_a_grant_has_exactly_one_winner)
         /* The refund always grants the ticket: the capacity is reserved to it
          * exactly once, whichever way the race went. */
         ortmem_authority_report r = report_of(&g);
-        cr_assert_eq(r.reserved_bytes, 4 * U, "iteration %d: reserved %llu", i,
-                     (unsigned long long)r.reserved_bytes);
+        cr_assert_eq(r.claimed_bytes, 4 * U, "iteration %d: reserved %llu", i,
+                     (unsigned long long)r.claimed_bytes);
         cr_assert_eq(r.available_bytes, 0);
         cr_assert_eq(r.tickets_waiting, 0);
         ortmem_grant *late = NULL;
@@ -542,7 +542,7 @@ Test(tickets, a_timeout_racing_a_grant_has_exactly_one_winner)
             won++;
             cr_assert_not_null(w.grant);
             cr_assert_eq(again, ORTMEM_E_HANDLE, "iteration %d: %s", i, ortmem_status_str(again));
-            OK(ortmem_grant_commit(w.grant, 4 * U));
+            OK(ortmem_grant_charge(w.grant, 4 * U));
         } else {
             /* The timeout won: the grant still sits with the ticket, untaken. */
             timed_out++;
@@ -550,10 +550,10 @@ Test(tickets, a_timeout_racing_a_grant_has_exactly_one_winner)
                          ortmem_status_str(w.status));
             cr_assert_null(w.grant);
             cr_assert_eq(again, ORTMEM_OK, "iteration %d: %s", i, ortmem_status_str(again));
-            OK(ortmem_grant_commit(late, 4 * U));
+            OK(ortmem_grant_charge(late, 4 * U));
         }
         r = report_of(&g);
-        cr_assert_eq(r.reserved_bytes, 0);
+        cr_assert_eq(r.claimed_bytes, 0);
         cr_assert_eq(r.owned_bytes, 20 * U);
         /* Back to the start: the capacity returns to the filler. */
         OK(ortmem_holder_refund(h, 4 * U));
@@ -612,7 +612,7 @@ Test(tickets, a_cancel_racing_a_grant_has_exactly_one_winner)
             granted++;
             cr_assert_eq(cn.status, ORTMEM_E_HANDLE, "iteration %d: %s", i,
                          ortmem_status_str(cn.status));
-            cr_assert_eq(r.reserved_bytes, 4 * U);
+            cr_assert_eq(r.claimed_bytes, 4 * U);
             OK(ortmem_grant_abort(w.grant));
         } else {
             /* The cancel won (the waiter saw it, or came after the ticket was
@@ -622,11 +622,11 @@ Test(tickets, a_cancel_racing_a_grant_has_exactly_one_winner)
                       "iteration %d: %s", i, ortmem_status_str(w.status));
             cr_assert_null(w.grant);
             cr_assert_eq(cn.status, ORTMEM_OK, "iteration %d: %s", i, ortmem_status_str(cn.status));
-            cr_assert_eq(r.reserved_bytes, 0, "iteration %d: reserved %llu", i,
-                         (unsigned long long)r.reserved_bytes);
+            cr_assert_eq(r.claimed_bytes, 0, "iteration %d: reserved %llu", i,
+                         (unsigned long long)r.claimed_bytes);
         }
         r = report_of(&g);
-        cr_assert_eq(r.reserved_bytes, 0);
+        cr_assert_eq(r.claimed_bytes, 0);
         cr_assert_eq(r.available_bytes, 4 * U);
         charge(filler, 4);
     }
@@ -661,9 +661,9 @@ Test(tickets, a_waiting_ticket_keeps_its_holder_and_authority)
     gov_free(&g);
 }
 
-/* ---- deferred release ---- */
+/* ---- retirement ---- */
 
-Test(deferred, decommit_after_keeps_memory_until_the_fence_is_signalled_and_polled)
+Test(retire, decommit_after_keeps_memory_until_the_fence_is_signalled_and_polled)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -675,15 +675,15 @@ Test(deferred, decommit_after_keeps_memory_until_the_fence_is_signalled_and_poll
     OK(ortmem_region_decommit_after(r, 0, 4 * G, f));
 
     ortmem_authority_report rep = report_of(&g);
-    cr_assert_eq(rep.releases_pending, 1);
+    cr_assert_eq(rep.retirements_pending, 1);
     cr_assert_eq(rep.owned_bytes, 4 * G);
     cr_assert_eq(rep.mapped_bytes, 4 * G);
     /* Poll before the signal releases nothing. */
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.pending, 1);
     cr_assert_eq(rr.completed + rr.quarantined + rr.failed, 0);
-    cr_assert_eq(rr.released_bytes, 0);
+    cr_assert_eq(rr.decommitted_bytes, 0);
     ortmem_vmm_stats s = stats_of(g.backend);
     cr_assert_eq(s.owned_bytes, 4 * G);
     cr_assert_eq(s.mapped_bytes, 4 * G);
@@ -696,21 +696,21 @@ Test(deferred, decommit_after_keeps_memory_until_the_fence_is_signalled_and_poll
     OK(ortmem_fence_query(f));
     cr_assert_eq(report_of(&g).owned_bytes, 4 * G);
     cr_assert_eq(stats_of(g.backend).mapped_bytes, 4 * G);
-    rr = release_report();
+    rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.completed, 1);
     cr_assert_eq(rr.pending, 0);
-    cr_assert_eq(rr.released_bytes, 4 * G);
+    cr_assert_eq(rr.decommitted_bytes, 4 * G);
     rep = report_of(&g);
     cr_assert_eq(rep.owned_bytes, 0);
     cr_assert_eq(rep.mapped_bytes, 0);
-    cr_assert_eq(rep.releases_pending, 0);
+    cr_assert_eq(rep.retirements_pending, 0);
     s = stats_of(g.backend);
     cr_assert_eq(s.owned_bytes, 0);
     cr_assert_eq(s.mapped_bytes, 0);
     cr_assert_eq(granule_info(r, 0).state, ORTMEM_GRANULE_UNMAPPED);
     /* Nothing is left to do. */
-    rr = release_report();
+    rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.completed + rr.pending, 0);
 
@@ -720,7 +720,7 @@ Test(deferred, decommit_after_keeps_memory_until_the_fence_is_signalled_and_poll
     gov_free(&g);
 }
 
-Test(deferred, bad_input_is_refused_and_changes_nothing)
+Test(retire, bad_input_is_refused_and_changes_nothing)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -734,13 +734,13 @@ Test(deferred, bad_input_is_refused_and_changes_nothing)
     EXPECT_STATUS(ortmem_region_decommit_after(r, 0, 0, f), ORTMEM_E_RANGE);
     EXPECT_STATUS(ortmem_region_decommit_after(r, 2 * G, 4 * G, f), ORTMEM_E_RANGE);
     EXPECT_STATUS(ortmem_region_decommit_after(r, 0, G, NULL), ORTMEM_E_INVALID);
-    /* Deferred release needs a region charged to a holder. */
+    /* Retirement needs a region charged to a holder. */
     EXPECT_STATUS(ortmem_region_decommit_after(plain, 0, G, f), ORTMEM_E_STATE);
     EXPECT_STATUS(ortmem_arena_free_after(NULL, (void *)&g, f), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_authority_poll(NULL, NULL), ORTMEM_E_INVALID);
-    ortmem_release_report bad = {0, 0, 0, 0, 0, 0};
+    ortmem_retire_report bad = {0, 0, 0, 0, 0, 0};
     EXPECT_STATUS(ortmem_authority_poll(g.authority, &bad), ORTMEM_E_INVALID);
-    cr_assert_eq(report_of(&g).releases_pending, 0);
+    cr_assert_eq(report_of(&g).retirements_pending, 0);
     OK(ortmem_fence_destroy(f));
     EXPECT_STATUS(ortmem_fence_destroy(f), ORTMEM_E_HANDLE);
     EXPECT_STATUS(ortmem_fence_signal(f), ORTMEM_E_HANDLE);
@@ -757,7 +757,7 @@ static int query_answer(void *user)
     return atomic_load(&state[0]);
 }
 
-Test(deferred, a_query_fence_completes_when_its_callback_says_so)
+Test(retire, a_query_fence_completes_when_its_callback_says_so)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -768,14 +768,14 @@ Test(deferred, a_query_fence_completes_when_its_callback_says_so)
     OK(ortmem_fence_create_query(query_answer, state, &f));
     EXPECT_STATUS(ortmem_fence_signal(f), ORTMEM_E_STATE);
     OK(ortmem_region_decommit_after(r, 0, 2 * G, f));
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.pending, 1);
     cr_assert_geq(atomic_load(&state[1]), 1, "the poll asked the callback");
     cr_assert_eq(report_of(&g).owned_bytes, 2 * G);
     EXPECT_STATUS(ortmem_fence_query(f), ORTMEM_E_BUSY);
     atomic_store(&state[0], 1);
-    rr = release_report();
+    rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.completed, 1);
     cr_assert_eq(rr.pending, 0);
@@ -789,7 +789,7 @@ Test(deferred, a_query_fence_completes_when_its_callback_says_so)
     gov_free(&g);
 }
 
-Test(deferred, arena_free_after_frees_the_block_once_the_fence_completes)
+Test(retire, arena_free_after_frees_the_block_once_the_fence_completes)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "workspace");
@@ -811,14 +811,14 @@ Test(deferred, arena_free_after_frees_the_block_once_the_fence_completes)
     ortmem_arena_stats as;
     memset(&as, 0, sizeof as);
     as.struct_size = sizeof as;
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.pending, 1);
     OK(ortmem_arena_stats_get(arena, &as));
     cr_assert_eq(as.live_allocations, 2);
     cr_assert_eq(report_of(&g).owned_bytes, 3 * G);
     OK(ortmem_fence_signal(f));
-    rr = release_report();
+    rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.completed, 1);
     cr_assert_eq(rr.pending, 0);
@@ -846,7 +846,7 @@ static void *signal_later(void *arg)
     return NULL;
 }
 
-Test(deferred, drain_times_out_while_pending_and_returns_once_signalled)
+Test(retire, drain_times_out_while_pending_and_returns_once_signalled)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -855,10 +855,10 @@ Test(deferred, drain_times_out_while_pending_and_returns_once_signalled)
     ortmem_fence *f = NULL;
     OK(ortmem_fence_create(&f));
     OK(ortmem_region_decommit_after(r, 0, 3 * G, f));
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     EXPECT_STATUS(ortmem_authority_drain(g.authority, 0, &rr), ORTMEM_E_TIMEOUT);
     cr_assert_eq(rr.pending, 1);
-    rr = release_report();
+    rr = retire_report();
     EXPECT_STATUS(ortmem_authority_drain(g.authority, 20, &rr), ORTMEM_E_TIMEOUT);
     cr_assert_eq(rr.pending, 1);
     cr_assert_eq(rr.completed, 0);
@@ -867,12 +867,12 @@ Test(deferred, drain_times_out_while_pending_and_returns_once_signalled)
     signaller sg = {f, 30};
     pthread_t th;
     pthread_create(&th, NULL, signal_later, &sg);
-    rr = release_report();
+    rr = retire_report();
     OK(ortmem_authority_drain(g.authority, -1, &rr));
     pthread_join(th, NULL);
     cr_assert_eq(rr.completed, 1);
     cr_assert_eq(rr.pending, 0);
-    cr_assert_eq(rr.released_bytes, 3 * G);
+    cr_assert_eq(rr.decommitted_bytes, 3 * G);
     cr_assert_eq(report_of(&g).owned_bytes, 0);
     /* Nothing pending: drain returns at once. */
     OK(ortmem_authority_drain(g.authority, 0, NULL));
@@ -882,7 +882,7 @@ Test(deferred, drain_times_out_while_pending_and_returns_once_signalled)
     gov_free(&g);
 }
 
-Test(deferred, drain_waits_for_the_others_when_one_release_fails)
+Test(retire, drain_waits_for_the_others_when_one_retirement_fails)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -900,7 +900,7 @@ Test(deferred, drain_waits_for_the_others_when_one_release_fails)
     signaller sg = {later, 30};
     pthread_t th;
     pthread_create(&th, NULL, signal_later, &sg);
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     ortmem_status st = ortmem_authority_drain(g.authority, 5000, &rr);
     pthread_join(th, NULL);
     cr_assert_eq(st, ORTMEM_E_HANDLE, "%s: %s", ortmem_status_str(st), ortmem_last_error());
@@ -925,7 +925,7 @@ static gov fault_gov(ortmem_backend_op op, uint64_t fail_at, ortmem_backend **fa
     return gov_on(cpu, *fault, 20, 0);
 }
 
-Test(deferred, a_failed_unmap_at_release_time_is_reported_failed_changes_nothing_and_stays_pending)
+Test(retire, a_failed_unmap_at_release_time_is_reported_failed_changes_nothing_and_stays_pending)
 {
     ortmem_backend *fault = NULL;
     gov g = fault_gov(ORTMEM_OP_UNMAP, 1, &fault);
@@ -936,13 +936,13 @@ Test(deferred, a_failed_unmap_at_release_time_is_reported_failed_changes_nothing
     OK(ortmem_fence_create(&f));
     OK(ortmem_region_decommit_after(r, 0, 4 * G, f));
     OK(ortmem_fence_signal(f));
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     EXPECT_STATUS(ortmem_authority_poll(g.authority, &rr), ORTMEM_E_BACKEND);
     cr_assert(strstr(ortmem_last_error(), "failed and changed nothing"), "%s", ortmem_last_error());
     cr_assert_eq(rr.failed, 1);
     cr_assert_eq(rr.completed + rr.quarantined, 0);
     cr_assert_eq(rr.pending, 1, "a release that failed in the backend is dropped");
-    cr_assert_eq(report_of(&g).releases_pending, 1);
+    cr_assert_eq(report_of(&g).retirements_pending, 1);
     ortmem_holder_report hr = holder_report(&g, "kv");
     cr_assert_eq(hr.owned_bytes, 4 * G);
     cr_assert_eq(hr.mapped_bytes, 4 * G);
@@ -954,12 +954,12 @@ Test(deferred, a_failed_unmap_at_release_time_is_reported_failed_changes_nothing
         cr_assert_eq(granule_info(r, i * G).state, ORTMEM_GRANULE_MAPPED);
     cr_assert_eq(holder_report(&g, "quarantine").owned_bytes, 0);
     /* The memory is intact and the next poll releases it (the fault fired once). */
-    rr = release_report();
+    rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.completed, 1);
     cr_assert_eq(rr.failed + rr.pending, 0);
-    cr_assert_eq(rr.released_bytes, 4 * G);
-    cr_assert_eq(report_of(&g).releases_pending, 0);
+    cr_assert_eq(rr.decommitted_bytes, 4 * G);
+    cr_assert_eq(report_of(&g).retirements_pending, 0);
     cr_assert_eq(report_of(&g).owned_bytes, 0);
     cr_assert_eq(stats_of(fault).mapped_bytes, 0);
     OK(ortmem_fence_destroy(f));
@@ -968,7 +968,7 @@ Test(deferred, a_failed_unmap_at_release_time_is_reported_failed_changes_nothing
     gov_free(&g);
 }
 
-Test(deferred, a_failed_release_is_quarantined_with_its_charge_on_the_quarantine_holder)
+Test(retire, a_failed_release_is_quarantined_with_its_charge_on_the_quarantine_holder)
 {
     ortmem_backend *fault = NULL;
     gov g = fault_gov(ORTMEM_OP_RELEASE, 2, &fault);
@@ -979,7 +979,7 @@ Test(deferred, a_failed_release_is_quarantined_with_its_charge_on_the_quarantine
     OK(ortmem_fence_create(&f));
     OK(ortmem_region_decommit_after(r, 0, 3 * G, f));
     OK(ortmem_fence_signal(f));
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.quarantined, 1);
     cr_assert_eq(rr.completed + rr.failed + rr.pending, 0);
@@ -1008,7 +1008,7 @@ Test(deferred, a_failed_release_is_quarantined_with_its_charge_on_the_quarantine
     OK(ortmem_backend_destroy(g.cpu));
 }
 
-Test(deferred, fence_holder_and_authority_stay_while_a_release_waits)
+Test(retire, fence_holder_and_authority_stay_while_a_retirement_waits)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -1020,17 +1020,14 @@ Test(deferred, fence_holder_and_authority_stay_while_a_release_waits)
     OK(ortmem_region_decommit_after(r, 0, 2 * G, f));
     OK(ortmem_region_destroy(r));
     EXPECT_STATUS(ortmem_fence_destroy(f), ORTMEM_E_BUSY);
-    cr_assert(strstr(ortmem_last_error(), "1 deferred releases still wait"), "%s",
-              ortmem_last_error());
+    cr_assert(strstr(ortmem_last_error(), "1 retirements still wait"), "%s", ortmem_last_error());
     EXPECT_STATUS(ortmem_holder_unregister(h), ORTMEM_E_BUSY);
-    cr_assert(strstr(ortmem_last_error(), "deferred release is pending"), "%s",
-              ortmem_last_error());
+    cr_assert(strstr(ortmem_last_error(), "retirement is pending"), "%s", ortmem_last_error());
     EXPECT_STATUS(ortmem_authority_destroy(g.authority), ORTMEM_E_BUSY);
-    cr_assert(strstr(ortmem_last_error(), "deferred releases are pending"), "%s",
-              ortmem_last_error());
+    cr_assert(strstr(ortmem_last_error(), "retirements are pending"), "%s", ortmem_last_error());
     /* The fence is still usable after the refused destroy. */
     OK(ortmem_fence_signal(f));
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     /* The region went first: the release is reported failed. */
     EXPECT_STATUS(ortmem_authority_poll(g.authority, &rr), ORTMEM_E_HANDLE);
     cr_assert_eq(rr.failed, 1);
@@ -1043,7 +1040,7 @@ Test(deferred, fence_holder_and_authority_stay_while_a_release_waits)
 /* An event fence asks the backend about an event recorded on a stream: on
  * the CPU backend the work before it is done at once, so the next poll
  * releases; the event is recorded, queried and released through the backend. */
-Test(deferred, an_event_fence_releases_once_its_stream_event_completed)
+Test(retire, an_event_fence_lets_retirement_run_once_its_stream_event_completed)
 {
     gov g = gov_new(20, 0);
     ortmem_holder *h = holder_new(&g, "kv");
@@ -1053,7 +1050,7 @@ Test(deferred, an_event_fence_releases_once_its_stream_event_completed)
     OK(ortmem_fence_create_event(g.backend, 0, &f));
     EXPECT_STATUS(ortmem_fence_signal(f), ORTMEM_E_STATE);
     OK(ortmem_region_decommit_after(r, 0, 2 * G, f));
-    ortmem_release_report rr = release_report();
+    ortmem_retire_report rr = retire_report();
     OK(ortmem_authority_poll(g.authority, &rr));
     cr_assert_eq(rr.completed, 1);
     cr_assert_eq(report_of(&g).owned_bytes, 0);
@@ -1061,13 +1058,13 @@ Test(deferred, an_event_fence_releases_once_its_stream_event_completed)
     ortmem_vmm_stats s = stats_of(g.backend);
     cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RECORD], 1);
     cr_assert_geq(s.calls[ORTMEM_OP_EVENT_QUERY], 1);
-    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_RELEASE], 1);
+    cr_assert_eq(s.calls[ORTMEM_OP_EVENT_DESTROY], 1);
     OK(ortmem_region_destroy(r));
     OK(ortmem_holder_unregister(h));
     gov_free(&g);
 }
 
-Test(deferred, an_event_fence_that_cannot_record_is_refused)
+Test(retire, an_event_fence_that_cannot_record_is_refused)
 {
     ortmem_backend *fault = NULL;
     gov g = fault_gov(ORTMEM_OP_EVENT_RECORD, 1, &fault);

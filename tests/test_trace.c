@@ -493,7 +493,7 @@ Test(trace, budget_refuses_commits_past_it_and_the_ledger_names_each_holder)
     child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\nstdout:\n%s\nstderr:\n%s", r.status, r.out, r.err);
     cr_assert_eq(json_number(r.out, "budget_bytes"), 8 * G);
-    cr_assert(json_true(r.out, "budget_held"), "%s", r.out);
+    cr_assert(json_true(r.out, "within_budget"), "%s", r.out);
     /* Refusals are counted apart from failures; nothing depended on them. */
     cr_assert_eq(json_number(r.out, "budget_refusals"), 3);
     cr_assert_eq(json_number(r.out, "failed_ops"), 0);
@@ -555,7 +555,7 @@ Test(trace, budget_refuses_commits_past_it_and_the_ledger_names_each_holder)
     cr_assert(strstr(r.out, "  ledger by holder at trace end\n") != NULL, "%s", r.out);
     cr_assert(strstr(r.out, "  authority: limit 0.50 MiB, owned 0.50 MiB (peak 0.50)") != NULL,
               "%s", r.out);
-    cr_assert(strstr(r.out, "  budget held: yes") != NULL, "%s", r.out);
+    cr_assert(strstr(r.out, "  within budget: yes") != NULL, "%s", r.out);
     cr_assert(strstr(r.out, "\nresult: OK") != NULL, "%s", r.out);
     child_result_free(&r);
 }
@@ -585,7 +585,7 @@ Test(trace, reclaimable_holder_decommits_its_regions_so_a_later_commit_fits)
     cr_assert_eq(json_number(r.out, "failed_ops"), 0);
     cr_assert_eq(json_number(r.out, "skipped_ops"), 0);
     cr_assert_eq(json_number(r.out, "pressure_failures"), 0);
-    cr_assert(json_true(r.out, "budget_held"), "%s", r.out);
+    cr_assert(json_true(r.out, "within_budget"), "%s", r.out);
     cr_assert_eq(json_number(r.out, "peak_owned_bytes"), 8 * G);
     /* The replay's side: two calls, c2's 2 granules and then c1's 4. */
     char *cache = replay_holder(r.out, "cache");
@@ -593,12 +593,12 @@ Test(trace, reclaimable_holder_decommits_its_regions_so_a_later_commit_fits)
     cr_assert_eq(json_number(cache, "pressure_calls"), 2, "%s", cache);
     cr_assert_eq(json_number(cache, "pressure_regions"), 2, "%s", cache);
     cr_assert_eq(json_number(cache, "pressure_decommitted_bytes"), 6 * G, "%s", cache);
-    cr_assert_eq(json_number(cache, "pressure_released_bytes"), 6 * G, "%s", cache);
+    cr_assert_eq(json_number(cache, "pressure_reclaimed_bytes"), 6 * G, "%s", cache);
     free(cache);
     /* The authority's side: what came back, and who owns what at the end. */
     const char *ledger = strstr(r.out, "\"ledger\": {");
     cr_assert_not_null(ledger, "%s", r.out);
-    cr_assert_eq(json_number(ledger, "pressure_released_bytes"), 6 * G);
+    cr_assert_eq(json_number(ledger, "pressure_reclaimed_bytes"), 6 * G);
     char *held = ledger_holder(r.out, "cache");
     cr_assert_eq(json_number(held, "owned_bytes"), G, "%s", held);
     cr_assert_eq(json_number(held, "owned_peak_bytes"), 6 * G, "%s", held);
@@ -669,7 +669,7 @@ Test(trace, without_a_budget_the_ledger_by_holder_is_still_reported)
     child_result r = replay(NULL, args);
     cr_assert_eq(r.status, 0, "exit %d\n%s\n%s", r.status, r.out, r.err);
     cr_assert(strstr(r.out, "\"budget_bytes\": null,") != NULL, "%s", r.out);
-    cr_assert(strstr(r.out, "\"budget_held\": null,") != NULL, "%s", r.out);
+    cr_assert(strstr(r.out, "\"within_budget\": null,") != NULL, "%s", r.out);
     cr_assert_eq(json_number(r.out, "budget_refusals"), 0);
     /* Untagged lines charge the default holder "trace", role other. */
     const char *ledger = strstr(r.out, "\"ledger\": {");

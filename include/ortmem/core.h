@@ -37,7 +37,7 @@ typedef enum ortmem_status {
     ORTMEM_E_STATE,       /* the object is not in a state that allows the call */
     ORTMEM_E_BUSY,        /* the object is still in use by others */
     ORTMEM_E_NOT_FOUND,   /* a pointer or key the object did not hand out */
-    ORTMEM_E_DOUBLE_FREE, /* released twice */
+    ORTMEM_E_DOUBLE_FREE, /* freed, dropped or destroyed twice */
     ORTMEM_E_NOMEM,       /* host bookkeeping or physical memory exhausted */
     ORTMEM_E_BACKEND,     /* a backend call failed; nothing changed */
     ORTMEM_E_UNSUPPORTED, /* an optional capability this backend lacks */

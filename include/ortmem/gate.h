@@ -46,9 +46,9 @@ extern "C" {
  * bindings before begin; record the graph signature after end). */
 ORTMEM_API ortmem_status ortmem_capture_begin(void);
 
-/* Releases the gate; call it right after cuStreamEndCapture. Then runs, on
+/* Leaves the gate; call it right after cuStreamEndCapture. Then runs, on
  * the calling thread and in the order they were deferred, the functions
- * deferred while the capture was active or waiting; the gate is released
+ * deferred while the capture was active or waiting; the gate is left
  * before the first one runs. ORTMEM_E_STATE when no capture is active (end
  * without begin) or the capture was begun by another thread (nothing changes
  * then). A shared section the capturing thread still holds becomes an
@@ -60,7 +60,7 @@ ORTMEM_API int ortmem_capture_active(void);
 
 /* Runs fn(arg) now, on the calling thread, when no capture is active or
  * waiting. Otherwise queues it and returns at once; the thread that ends the
- * capture runs it after releasing the gate (ortmem_capture_end). The calling
+ * capture runs it after leaving the gate (ortmem_capture_end). The calling
  * thread is not special: a function deferred by the capturing thread itself
  * is queued too, because its driver calls would land inside the capture.
  * ORTMEM_E_INVALID for a NULL fn; ORTMEM_E_NOMEM when it cannot be queued

@@ -7,7 +7,7 @@
  * victims under pressure; the authority never picks one.
  *
  * Roles: mechanism (backend, region) maps; accounting (authority) charges and
- * refuses; policy (holders) releases; ordering (fences, deferred release)
+ * refuses; policy (holders) reclaims; ordering (fences, retirement)
  * decides when a free is safe; process (process manager) registers devices.
  *
  * Thread safety: every function is thread-safe. No ortmem lock is held while a
@@ -63,7 +63,7 @@ ORTMEM_API ortmem_status ortmem_authority_create(ortmem_backend *backend,
                                                  ortmem_authority **out);
 
 /* ORTMEM_E_BUSY (nothing changes) while a holder other than the built-in ones
- * is charged, a grant is open, a ticket waits or a deferred release is
+ * is charged, a grant is open, a ticket waits or a retirement is
  * pending. Registered holders and leases become stale handles. */
 ORTMEM_API ortmem_status ortmem_authority_destroy(ortmem_authority *authority);
 
@@ -74,14 +74,14 @@ typedef struct ortmem_limit_outcome {
     size_t struct_size;
     uint64_t old_limit_bytes;
     uint64_t new_limit_bytes;
-    uint64_t reclaimed_bytes; /* released by holders under pressure for this change */
-    uint64_t charged_bytes;   /* owned + reserved after the change */
-    int holds;                /* non-zero: charged_bytes <= new_limit_bytes */
+    uint64_t reclaimed_bytes; /* reclaimed by holders under pressure for this change */
+    uint64_t charged_bytes;   /* owned + claimed after the change */
+    int within_limit;         /* non-zero: charged_bytes <= new_limit_bytes */
 } ortmem_limit_outcome;
 
 /* Changes the limit at run time. Lowering is two-phase: holders are asked to
- * release the excess (lowest priority first), then the new limit is committed
- * whether or not it holds yet; until it does, growth is refused. Raising wakes
+ * reclaim the excess (lowest priority first), then the new limit is applied
+ * whether or not it is met yet; until it is, growth is refused. Raising wakes
  * waiting tickets. outcome may be NULL. */
 ORTMEM_API ortmem_status ortmem_authority_set_limit(ortmem_authority *authority,
                                                     uint64_t limit_bytes,
@@ -89,7 +89,7 @@ ORTMEM_API ortmem_status ortmem_authority_set_limit(ortmem_authority *authority,
 
 /* ---- Holders ---------------------------------------------------------------*/
 
-/* Asked to release about want_bytes; returns what it released (0 is legal).
+/* Asked to reclaim about want_bytes; returns what it reclaimed (0 is legal).
  * Called without any ortmem lock held; it may decommit, free or call any other
  * ortmem function (a prepare made from inside a pressure callback does not ask
  * for pressure again: it takes what is available or is refused). */
@@ -114,7 +114,7 @@ ORTMEM_API ortmem_status ortmem_holder_register(ortmem_authority *authority,
                                                 ortmem_holder **out);
 
 /* ORTMEM_E_BUSY (nothing changes) while the holder owns or maps bytes, holds a
- * lease, or has an open grant, a waiting ticket or a pending release. */
+ * lease, or has an open grant, a waiting ticket or a pending retirement. */
 ORTMEM_API ortmem_status ortmem_holder_unregister(ortmem_holder *holder);
 
 /* The account to pass in ortmem_region_options.account or
@@ -123,32 +123,32 @@ ORTMEM_API ortmem_status ortmem_holder_unregister(ortmem_holder *holder);
 ORTMEM_API ortmem_status ortmem_holder_account(ortmem_holder *holder, ortmem_account *account);
 
 /* ---- Leases: standing claims -----------------------------------------------
- * A lease reserves capacity for a holder: while it is held, the holder's
- * footprint is max(owned + reserved by its grants, leased), so its growth up to
- * the lease never competes with anyone. Released exactly once. */
+ * A lease claims budget for a holder: while it stands, the holder's
+ * footprint is max(owned + held by its grants, leased), so its growth up to
+ * the lease never competes with anyone. Dropped exactly once. */
 ORTMEM_API ortmem_status ortmem_lease_acquire(ortmem_holder *holder, uint64_t bytes,
                                               ortmem_lease **out);
-/* ORTMEM_E_DOUBLE_FREE when released twice; ORTMEM_E_HANDLE after the
+/* ORTMEM_E_DOUBLE_FREE when dropped twice; ORTMEM_E_HANDLE after the
  * authority was destroyed. */
-ORTMEM_API ortmem_status ortmem_lease_release(ortmem_lease *lease);
+ORTMEM_API ortmem_status ortmem_lease_drop(ortmem_lease *lease);
 
 /* ---- Growth grants ---------------------------------------------------------
- * prepare reserves capacity: unassigned capacity first, then reclaimable
- * holders (lowest priority first, the requester never) are asked to release.
+ * prepare takes a hold on the budget: unclaimed budget first, then reclaimable
+ * holders (lowest priority first, the requester never) are asked to reclaim.
  * A refusal is ORTMEM_E_BUDGET, changes nothing, and its detail names the
- * requested, available and limit bytes and the largest holders. commit charges
- * what was really committed (<= prepared) and refunds the rest; abort rolls
- * the reservation back. A grant handle is gone after commit or abort. Grants
+ * requested, available and limit bytes and the largest holders. charge charges
+ * what was really used (<= prepared) and unholds the rest; abort rolls
+ * the hold back. A grant handle is gone after charge or abort. Grants
  * are for memory the engine maps itself; regions and arenas with an account
  * charge through the same path on their own. */
 ORTMEM_API ortmem_status ortmem_grant_prepare(ortmem_holder *holder, uint64_t bytes,
                                               ortmem_grant **out);
-ORTMEM_API ortmem_status ortmem_grant_commit(ortmem_grant *grant, uint64_t actual_bytes);
+ORTMEM_API ortmem_status ortmem_grant_charge(ortmem_grant *grant, uint64_t actual_bytes);
 ORTMEM_API ortmem_status ortmem_grant_abort(ortmem_grant *grant);
 
 /* All-or-nothing prepare over several holders, possibly of several
  * authorities: locks are taken in stable authority-id order and everything is
- * released again on any refusal. grants[i] answers holders[i]. */
+ * unheld again on any refusal. grants[i] answers holders[i]. */
 ORTMEM_API ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *holders,
                                                    const uint64_t *bytes, ortmem_grant **grants);
 
@@ -173,8 +173,8 @@ ORTMEM_API ortmem_status ortmem_ticket_wait(ortmem_ticket *ticket, int64_t timeo
  * aborted: exactly one of grant or cancel wins, never both. */
 ORTMEM_API ortmem_status ortmem_ticket_cancel(ortmem_ticket *ticket);
 
-/* ---- Fences and deferred release -------------------------------------------
- * A fence says when work that still uses memory has finished. A release tied
+/* ---- Fences and retirement -------------------------------------------
+ * A fence says when work that still uses memory has finished. A retirement tied
  * to a fence keeps the memory mapped and charged until the fence completes;
  * ortmem_authority_poll and _drain carry it out then. */
 typedef int (*ortmem_fence_query_fn)(void *user); /* non-zero: complete */
@@ -187,14 +187,14 @@ ORTMEM_API ortmem_status ortmem_fence_create_query(ortmem_fence_query_fn query, 
                                                    ortmem_fence **out);
 /* A fence completed when the work enqueued on stream so far has finished: an
  * event recorded now through the backend (ortmem_backend_event_record). A
- * release tied to it waits for that stream only, never for the whole device.
+ * retirement tied to it waits for that stream only, never for the whole device.
  * The backend must outlive the fence. */
 ORTMEM_API ortmem_status ortmem_fence_create_event(ortmem_backend *backend, uint64_t stream,
                                                    ortmem_fence **out);
 ORTMEM_API ortmem_status ortmem_fence_signal(ortmem_fence *fence);
 /* ORTMEM_OK when complete, ORTMEM_E_BUSY when not yet. */
 ORTMEM_API ortmem_status ortmem_fence_query(ortmem_fence *fence);
-/* ORTMEM_E_BUSY while deferred releases still wait on it. */
+/* ORTMEM_E_BUSY while retirements still wait on it. */
 ORTMEM_API ortmem_status ortmem_fence_destroy(ortmem_fence *fence);
 
 /* Decommits [offset, +len) of a region with an account once fence completes. */
@@ -204,21 +204,21 @@ ORTMEM_API ortmem_status ortmem_region_decommit_after(ortmem_region *region, siz
 ORTMEM_API ortmem_status ortmem_arena_free_after(ortmem_arena *arena, void *ptr,
                                                  ortmem_fence *fence);
 
-typedef struct ortmem_release_report {
+typedef struct ortmem_retire_report {
     size_t struct_size;
     uint64_t completed;   /* unmapped and refunded */
     uint64_t quarantined; /* accounting applied, memory retained (see vmm stats) */
     uint64_t failed;      /* nothing changed: the memory is still mapped and charged */
     uint64_t pending;     /* still waiting on their fences */
-    uint64_t released_bytes;
-} ortmem_release_report;
+    uint64_t decommitted_bytes;
+} ortmem_retire_report;
 
-/* Carries out the releases whose fences completed; never blocks. */
+/* Carries out the retirements whose fences completed; never blocks. */
 ORTMEM_API ortmem_status ortmem_authority_poll(ortmem_authority *authority,
-                                               ortmem_release_report *report);
+                                               ortmem_retire_report *report);
 /* Polls until nothing is pending or timeout_ms passed (ORTMEM_E_TIMEOUT). */
 ORTMEM_API ortmem_status ortmem_authority_drain(ortmem_authority *authority, int64_t timeout_ms,
-                                                ortmem_release_report *report);
+                                                ortmem_retire_report *report);
 
 /* ---- Ledger report ---------------------------------------------------------*/
 typedef struct ortmem_holder_report {
@@ -230,7 +230,7 @@ typedef struct ortmem_holder_report {
     uint64_t mapped_bytes;
     uint64_t requested_bytes; /* content asked for, before granule rounding */
     uint64_t overhead_bytes;  /* owned - requested when owned > requested, else 0 */
-    uint64_t reserved_bytes;  /* open grants and tickets granted but not taken */
+    uint64_t held_bytes;      /* open grants and tickets granted but not taken */
     uint64_t leased_bytes;
 } ortmem_holder_report;
 
@@ -241,13 +241,13 @@ typedef struct ortmem_authority_report {
     uint64_t owned_bytes; /* charged to holders, pool included */
     uint64_t owned_peak_bytes;
     uint64_t mapped_bytes;
-    uint64_t reserved_bytes;  /* open grants, granted tickets, unused lease capacity */
-    uint64_t available_bytes; /* limit - owned - reserved, floored at 0 */
+    uint64_t claimed_bytes;   /* open grants, granted tickets, unused lease capacity */
+    uint64_t available_bytes; /* limit - owned - claimed, floored at 0 */
     uint64_t refusals;        /* prepares and commits refused for budget */
     uint64_t pressure_calls;
-    uint64_t pressure_released_bytes;
+    uint64_t pressure_reclaimed_bytes;
     uint64_t tickets_waiting;
-    uint64_t releases_pending;
+    uint64_t retirements_pending;
     uint64_t by_role_owned[ORTMEM_ROLE_COUNT];
     uint64_t by_role_mapped[ORTMEM_ROLE_COUNT];
     uint64_t by_role_requested[ORTMEM_ROLE_COUNT];

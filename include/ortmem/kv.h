@@ -161,7 +161,7 @@ typedef struct ortmem_kv_cache_options {
 
 /* Creates a cache on the authority's backend. It registers two holders, "kv"
  * (role kv: the sequences) and, with prefix_cache, "kv-prefix" (role kv,
- * reclaimable: under pressure it releases unreferenced prefixes, least
+ * reclaimable: under pressure it evicts unreferenced prefixes, least
  * recently used first). */
 ORTMEM_API ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
                                                 const ortmem_kv_cache_options *options,
@@ -222,7 +222,7 @@ ORTMEM_API ortmem_status ortmem_kv_seq_binding(ortmem_kv_seq *seq, uint32_t laye
  * of whole granule blocks that tokens and the sequence cover. */
 ORTMEM_API ortmem_status ortmem_kv_seq_publish(ortmem_kv_seq *seq, const int32_t *tokens,
                                                size_t count);
-/* Copies the live bytes to the host tier and releases the device granules
+/* Copies the live bytes to the host tier and decommits the device granules
  * (the VA stays reserved); swap_in commits and copies them back, byte for
  * byte, and on failure leaves the sequence swapped out. A swapped-out
  * sequence refuses every other operation but destroy. */
@@ -233,8 +233,9 @@ typedef struct ortmem_kv_stats {
     size_t struct_size;
     uint64_t sequences;
     uint64_t live_tokens;
-    uint64_t live_bytes;        /* live tokens * bytes per token */
-    uint64_t committed_bytes;   /* owned by the cache's holders */
+    uint64_t live_bytes; /* live tokens * bytes per token */
+    uint64_t
+        committed_bytes; /* committed for the cache's sequences and prefixes, each granule once (the holders' owned bytes) */
     uint64_t mapped_bytes;      /* mapped by them (aliases count again) */
     uint64_t reserved_va_bytes; /* VA of the sequences' regions */
     uint64_t committed_granules;
@@ -246,7 +247,7 @@ typedef struct ortmem_kv_stats {
     uint64_t prefix_hits;
     uint64_t prefix_tokens_reused;
     uint64_t prefix_bytes_saved; /* granules mapped instead of committed */
-    uint64_t prefix_released;    /* entries released under pressure */
+    uint64_t prefix_evicted;     /* entries evicted under pressure */
     uint64_t swaps_out, swaps_in;
     uint64_t zero_tail_mapped_bytes; /* the zero granule's aliases */
 } ortmem_kv_stats;

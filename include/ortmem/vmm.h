@@ -45,7 +45,7 @@ typedef enum ortmem_backend_op {
     ORTMEM_OP_MEMSET_ASYNC,
     ORTMEM_OP_EVENT_RECORD,
     ORTMEM_OP_EVENT_QUERY,
-    ORTMEM_OP_EVENT_RELEASE,
+    ORTMEM_OP_EVENT_DESTROY,
     ORTMEM_OP_COUNT,
     ORTMEM_OP_ANY = ORTMEM_OP_COUNT /* fault injection: every operation */
 } ortmem_backend_op;
@@ -94,7 +94,7 @@ typedef struct ortmem_backend_ops {
     /* ---- Optional stream-ordered slots (NULL = ORTMEM_E_UNSUPPORTED). A stream
      * is the engine's own stream handle as an integer (a CUstream on CUDA);
      * 0 is the backend's default stream (CUDA's legacy default stream). An
-     * event is a value the backend hands out; the caller releases it. */
+     * event is a value the backend hands out; the caller destroys it. */
     /* Enqueues a copy of size bytes (any size) between addresses the backend
      * reaches; returns once enqueued. */
     ortmem_status (*copy_async)(void *self, uintptr_t dst, uintptr_t src, size_t size,
@@ -106,8 +106,8 @@ typedef struct ortmem_backend_ops {
     ortmem_status (*event_record)(void *self, uint64_t stream, uint64_t *event);
     /* ORTMEM_OK once the event completed, ORTMEM_E_BUSY while it is pending. */
     ortmem_status (*event_query)(void *self, uint64_t event);
-    /* Releases an event (pending or not); it is never named again. */
-    ortmem_status (*event_release)(void *self, uint64_t event);
+    /* Destroys an event (pending or not); it is never named again. */
+    ortmem_status (*event_destroy)(void *self, uint64_t event);
 } ortmem_backend_ops;
 
 /* Wraps a custom backend. ops is copied; self is owned by the new handle and
@@ -165,14 +165,14 @@ ORTMEM_API ortmem_status ortmem_backend_visit(
 
 /* ---- Streams and events -----------------------------------------------------
  * Stream-ordered work through the backend's optional slots, counted in the
- * ledger like every other call (ORTMEM_OP_COPY_ASYNC ... EVENT_RELEASE).
+ * ledger like every other call (ORTMEM_OP_COPY_ASYNC ... EVENT_DESTROY).
  * ORTMEM_E_UNSUPPORTED when the backend lacks the slot. stream: the engine's
  * stream (a CUstream cast to an integer on CUDA), 0 = the default stream. The
  * CPU backend works synchronously and its events complete at once. Events
- * are tracked per backend handle: querying or releasing a value this backend
- * did not hand out (or already released) is ORTMEM_E_NOT_FOUND and never
+ * are tracked per backend handle: querying or destroying a value this backend
+ * did not hand out (or already destroyed) is ORTMEM_E_NOT_FOUND and never
  * reaches the driver; events still live at ortmem_backend_destroy are
- * released then. Thread-safe. */
+ * destroyed then. Thread-safe. */
 ORTMEM_API ortmem_status ortmem_backend_copy_async(ortmem_backend *backend, void *dst,
                                                    const void *src, size_t len, uint64_t stream);
 ORTMEM_API ortmem_status ortmem_backend_memset_async(ortmem_backend *backend, void *dst, int value,
@@ -183,7 +183,7 @@ ORTMEM_API ortmem_status ortmem_backend_event_record(ortmem_backend *backend, ui
 /* ORTMEM_OK when the event completed, ORTMEM_E_BUSY while pending (not counted
  * as a failure). */
 ORTMEM_API ortmem_status ortmem_backend_event_query(ortmem_backend *backend, uint64_t event);
-ORTMEM_API ortmem_status ortmem_backend_event_release(ortmem_backend *backend, uint64_t event);
+ORTMEM_API ortmem_status ortmem_backend_event_destroy(ortmem_backend *backend, uint64_t event);
 
 /* ---- CPU backend ------------------------------------------------------------
  * VA from mmap(PROT_NONE, MAP_NORESERVE); physical granules are pre-allocated
@@ -317,12 +317,12 @@ typedef struct ortmem_vmm_stats {
     uint64_t mapped_peak_bytes;
     uint64_t owned_granules;
     uint64_t mapped_granules;
-    uint64_t reserved_bytes;           /* VA reserved by live regions and arenas */
-    uint64_t quarantined_bytes;        /* owned bytes of poisoned granules, never reused */
+    uint64_t reserved_va_bytes;        /* VA reserved by live regions and arenas */
+    uint64_t quarantined_bytes;        /* owned bytes of quarantined granules, never reused */
     uint64_t quarantined_mapped_bytes; /* mappings whose unmap failed */
     uint64_t quarantined_granules;
     uint64_t leaked_va_bytes; /* VA left reserved on purpose because granules stayed */
-    uint64_t pool_bytes;      /* owned bytes held by the pool, mapped nowhere */
+    uint64_t pool_bytes;      /* owned bytes kept by the pool, mapped nowhere */
     uint64_t pool_cap_bytes;
     uint64_t pool_hits;
     uint64_t pool_misses;
@@ -343,9 +343,9 @@ typedef struct ortmem_account {
     void *self;
     /* Checks and holds capacity for bytes about to be created and mapped; a
      * refusal means nothing was created or mapped. */
-    ortmem_status (*reserve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    ortmem_status (*hold)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
     /* Drops what is left of a hold. */
-    void (*unreserve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    void (*unhold)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
     /* Charges bytes just created or mapped, out of the caller's hold. */
     void (*charge)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
     /* Charges bytes that already exist and move in from another account (the
@@ -356,18 +356,18 @@ typedef struct ortmem_account {
     /* Optional: the content the caller asked for changed by delta bytes. */
     void (*requested)(void *self, int64_t delta_bytes);
     /* Optional pair: vmm keeps a copy of the account (a region, an arena, a
-     * granule it owns) between retain and release, so the implementation can
+     * granule it owns) between retain and unretain, so the implementation can
      * refuse to go away while copies remain. */
     void (*retain)(void *self);
-    void (*release)(void *self);
-    /* Optional: a reservation of owned/mapped bytes was refused; make room
-     * (ask holders to release) and return the bytes released. vmm calls it
+    void (*unretain)(void *self);
+    /* Optional: a hold of owned/mapped bytes was refused; make room
+     * (ask holders to reclaim) and return the bytes reclaimed. vmm calls it
      * with none of its locks held and then tries once more, so the
      * implementation's callbacks may use any region or arena. */
     uint64_t (*relieve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
 } ortmem_account;
 
-/* Accounts for memory the backend itself holds: granules in the pool, and
+/* Accounts for memory the backend itself keeps: granules in the pool, and
  * quarantined granules (with their stuck mappings). Either may be NULL; both
  * NULL clears. Bytes already pooled or quarantined move to the new accounts.
  * ORTMEM_E_STATE when accounts are set already. */
@@ -376,14 +376,14 @@ ORTMEM_API ortmem_status ortmem_backend_set_accounts(ortmem_backend *backend,
                                                      const ortmem_account *quarantine);
 
 /* ---- Physical pool ----------------------------------------------------------
- * Granules released by regions are kept (still owned, pages allocated) up to a
+ * Granules that regions decommit are kept (still owned, pages allocated) up to a
  * byte cap and reused by the next commit on the same backend. Default cap 0. */
 ORTMEM_API ortmem_status ortmem_pool_set_cap(ortmem_backend *backend, size_t cap_bytes);
 /* Releases pooled granules until at most keep_bytes stay; reports bytes released. */
 ORTMEM_API ortmem_status ortmem_pool_trim(ortmem_backend *backend, size_t keep_bytes,
                                           size_t *released_bytes);
-/* Creates granules into the pool until it holds bytes (at most the cap). */
-ORTMEM_API ortmem_status ortmem_pool_reserve(ortmem_backend *backend, size_t bytes);
+/* Creates granules into the pool until it keeps bytes (at most the cap). */
+ORTMEM_API ortmem_status ortmem_pool_fill(ortmem_backend *backend, size_t bytes);
 
 /* ---- Regions ----------------------------------------------------------------*/
 #define ORTMEM_REGION_EXPORTABLE 0x1u /* granules are created exportable */
@@ -426,7 +426,7 @@ typedef struct ortmem_range {
     size_t length;
 } ortmem_range;
 
-/* As ortmem_region_commit over several ranges at once: one reservation, one
+/* As ortmem_region_commit over several ranges at once: one hold, one
  * set-access per contiguous run of new granules, all or nothing. */
 ORTMEM_API ortmem_status ortmem_region_commit_ranges(ortmem_region *region,
                                                      const ortmem_range *ranges, size_t count);
@@ -471,7 +471,7 @@ ORTMEM_API ortmem_status ortmem_region_protect(ortmem_region *region, size_t off
 typedef enum ortmem_granule_state {
     ORTMEM_GRANULE_UNMAPPED = 0,
     ORTMEM_GRANULE_MAPPED,
-    ORTMEM_GRANULE_POISONED
+    ORTMEM_GRANULE_QUARANTINED
 } ortmem_granule_state;
 
 typedef struct ortmem_granule_info {
@@ -553,8 +553,8 @@ typedef struct ortmem_arena_stats {
     uint64_t cached_bytes; /* empty granules kept committed */
     uint64_t allocs;
     uint64_t frees;
-    uint64_t failed_allocs; /* refused allocs of any cause, bad input included */
-    uint64_t fenced_bytes;  /* granules the region quarantined: never handed out again */
+    uint64_t failed_allocs;     /* refused allocs of any cause, bad input included */
+    uint64_t quarantined_bytes; /* granules the region quarantined: never handed out again */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,

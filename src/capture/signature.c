@@ -244,15 +244,15 @@ static void check_range(om_judgement *j, const om_sig_range *e)
     }
     if (!rs.all_mapped) {
         ortmem_granule_info info = {.struct_size = sizeof info};
-        bool poisoned =
+        bool quarantined =
             ortmem_region_granule_info(e->region, rs.first_unmapped_offset, &info) == ORTMEM_OK &&
-            info.state == ORTMEM_GRANULE_POISONED;
+            info.state == ORTMEM_GRANULE_QUARANTINED;
         invalidate(j,
                    "region r%" PRIu64 " granule at offset %zu is %s (%" PRIu64 " of %" PRIu64
                    " granules of [%zu, +%zu) not mapped)",
                    e->region_id, rs.first_unmapped_offset,
-                   poisoned ? "quarantined after a failed backend call"
-                            : "unmapped (evicted since capture)",
+                   quarantined ? "quarantined after a failed backend call"
+                               : "unmapped (evicted since capture)",
                    rs.unmapped_granules, rs.granules, e->offset, e->len);
         return;
     }

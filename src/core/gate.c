@@ -19,11 +19,11 @@
 #include "core/counter.h"
 #include "core/error.h"
 
-typedef struct om_deferred {
-    struct om_deferred *next;
+typedef struct om_deferred_call {
+    struct om_deferred_call *next;
     void (*fn)(void *arg);
     void *arg;
-} om_deferred;
+} om_deferred_call;
 
 static pthread_mutex_t om_gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t om_shared_cv = PTHREAD_COND_INITIALIZER;
@@ -35,7 +35,7 @@ static uint64_t om_shared_waiting;
 static uint64_t om_captures_waiting;
 static bool om_capture_held;
 static unsigned om_capture_owner; /* thread number of the capturing thread */
-static om_deferred *om_queue_head, *om_queue_tail;
+static om_deferred_call *om_queue_head, *om_queue_tail;
 static uint64_t om_queue_len;
 
 /* Counters (atomic, so stats and the lock-free nested path need no lock). */
@@ -230,16 +230,16 @@ ortmem_status ortmem_capture_end(void)
         om_shared_active++;
         count(&om_c_entered);
     }
-    om_deferred *items = om_queue_head;
+    om_deferred_call *items = om_queue_head;
     om_queue_head = om_queue_tail = NULL;
     om_queue_len = 0;
     if (om_captures_waiting > 0)
         pthread_cond_broadcast(&om_capture_cv);
     pthread_cond_broadcast(&om_shared_cv);
     pthread_mutex_unlock(&om_gate_lock);
-    /* Gate released: run what was deferred, in order, on this thread. */
+    /* Gate left: run what was deferred, in order, on this thread. */
     while (items) {
-        om_deferred *next = items->next;
+        om_deferred_call *next = items->next;
         void (*fn)(void *) = items->fn;
         void *arg = items->arg;
         om_free(items);
@@ -270,12 +270,12 @@ ortmem_status ortmem_capture_defer(void (*fn)(void *arg), void *arg)
         fn(arg);
         return ORTMEM_OK;
     }
-    om_deferred *d = om_malloc(sizeof *d);
+    om_deferred_call *d = om_malloc(sizeof *d);
     if (!d) {
         pthread_mutex_unlock(&om_gate_lock);
         return OM_ERR(ORTMEM_E_NOMEM, "capture defer: queue entry (%zu bytes); not run", sizeof *d);
     }
-    *d = (om_deferred){NULL, fn, arg};
+    *d = (om_deferred_call){NULL, fn, arg};
     if (om_queue_tail)
         om_queue_tail->next = d;
     else

@@ -70,7 +70,7 @@ static uint64_t om_max(uint64_t x, uint64_t y)
 
 static uint64_t om_footprint(const ortmem_holder *h, uint64_t extra_owned)
 {
-    return om_max(h->owned + h->reserved_owned + extra_owned, h->leased);
+    return om_max(h->owned + h->held_owned + extra_owned, h->leased);
 }
 
 void om_holder_restate(ortmem_authority *a, ortmem_holder *h)
@@ -143,7 +143,7 @@ ortmem_status om_refuse_locked(ortmem_authority *a, const ortmem_holder *h, uint
                       largest);
     return OM_ERR(ORTMEM_E_BUDGET,
                   "%s: holder '%s' (%s) requested %llu bytes; available %llu of limit %llu "
-                  "(owned %llu, reserved %llu); largest holders: %s",
+                  "(owned %llu, claimed %llu); largest holders: %s",
                   what, h->name, ortmem_role_name(h->role), (unsigned long long)owned_bytes,
                   (unsigned long long)available, (unsigned long long)a->limit,
                   (unsigned long long)a->owned_total,
@@ -151,15 +151,15 @@ ortmem_status om_refuse_locked(ortmem_authority *a, const ortmem_holder *h, uint
                   largest);
 }
 
-ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
-                         uint64_t mapped_bytes, bool pressure, const char *what)
+ortmem_status om_take_hold(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
+                           uint64_t mapped_bytes, bool pressure, const char *what)
 {
     pthread_mutex_lock(&a->lock);
     bool pressed = false, unasked = false;
     for (;;) {
         if (om_fits_locked(a, h, owned_bytes, mapped_bytes)) {
-            h->reserved_owned += owned_bytes;
-            h->reserved_mapped += mapped_bytes;
+            h->held_owned += owned_bytes;
+            h->held_mapped += mapped_bytes;
             a->mapped_used += mapped_bytes;
             om_holder_restate(a, h);
             pthread_mutex_unlock(&a->lock);
@@ -178,7 +178,7 @@ ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_b
     ortmem_status st =
         unasked ? OM_ERR(ORTMEM_E_NOMEM,
                          "%s: holder '%s' requested %llu bytes beyond what is available, and "
-                         "no holder could be asked to release (no memory for the list of %zu "
+                         "no holder could be asked to reclaim (no memory for the list of %zu "
                          "holders)",
                          what, h->name, (unsigned long long)owned_bytes, a->holder_count)
                 : om_refuse_locked(a, h, owned_bytes, mapped_bytes, what);
@@ -186,13 +186,13 @@ ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_b
     return st;
 }
 
-void om_unreserve_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
-                         uint64_t mapped_bytes)
+void om_unhold_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
+                      uint64_t mapped_bytes)
 {
-    owned_bytes = owned_bytes < h->reserved_owned ? owned_bytes : h->reserved_owned;
-    mapped_bytes = mapped_bytes < h->reserved_mapped ? mapped_bytes : h->reserved_mapped;
-    h->reserved_owned -= owned_bytes;
-    h->reserved_mapped -= mapped_bytes;
+    owned_bytes = owned_bytes < h->held_owned ? owned_bytes : h->held_owned;
+    mapped_bytes = mapped_bytes < h->held_mapped ? mapped_bytes : h->held_mapped;
+    h->held_owned -= owned_bytes;
+    h->held_mapped -= mapped_bytes;
     a->mapped_used -= mapped_bytes;
     om_holder_restate(a, h);
     om_capacity_freed_locked(a);
@@ -239,27 +239,27 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
             asked[j - 1] = t;
         }
     }
-    uint64_t released = 0;
+    uint64_t reclaimed = 0;
     for (size_t i = 0; i < n; i++) {
         ortmem_holder *h = asked[i];
         uint64_t got = 0;
-        if (released < want_bytes) {
+        if (reclaimed < want_bytes) {
             om_pressure_depth++;
-            got = h->on_pressure(h->user, want_bytes - released);
+            got = h->on_pressure(h->user, want_bytes - reclaimed);
             om_pressure_depth--;
-            released += got;
+            reclaimed += got;
         }
         pthread_mutex_lock(&a->lock);
-        if (got || released < want_bytes) {
+        if (got || reclaimed < want_bytes) {
             a->pressure_calls++;
-            a->pressure_released += got;
+            a->pressure_reclaimed += got;
         }
         h->in_pressure--;
         pthread_mutex_unlock(&a->lock);
         om_handle_unpin(&h->hdr);
     }
     om_free(asked);
-    return released;
+    return reclaimed;
 }
 
 /* ---- the built-in pool holder ---- */
@@ -361,8 +361,8 @@ ortmem_status ortmem_authority_create(ortmem_backend *backend,
 /* Why the authority cannot go yet, or NULL. Caller holds the lock. */
 static const char *om_busy_reason_locked(const ortmem_authority *a, const ortmem_holder **who)
 {
-    if (a->deferred_count)
-        return "deferred releases are pending";
+    if (a->retirement_count)
+        return "retirements are pending";
     for (size_t i = 0; i < a->holder_count; i++) {
         const ortmem_holder *h = a->holders[i];
         *who = h;
@@ -370,7 +370,7 @@ static const char *om_busy_reason_locked(const ortmem_authority *a, const ortmem
             return "a ticket is waiting";
         if (h->grants_open)
             return "a grant is open";
-        if (!h->builtin && (h->owned || h->mapped || h->retained || h->reserved_owned))
+        if (!h->builtin && (h->owned || h->mapped || h->retained || h->held_owned))
             return "a holder is charged or still used by regions or arenas";
         if (h->in_pressure)
             return "a pressure callback is running";

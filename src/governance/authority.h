@@ -1,9 +1,9 @@
 /* Internal view of an authority and its holders, shared by the governance
  * files. Everything here is guarded by the authority's lock unless noted.
  *
- * Capacity: a holder's footprint is max(owned + reserved_owned, leased); the
+ * Capacity: a holder's footprint is max(owned + held_owned, leased); the
  * authority's used bytes are the sum of footprints and never exceed the limit
- * through a reservation (adoptions of memory that already exists may). */
+ * through a hold (adoptions of memory that already exists may). */
 #ifndef ORTMEM_SRC_GOVERNANCE_AUTHORITY_H
 #define ORTMEM_SRC_GOVERNANCE_AUTHORITY_H
 
@@ -13,7 +13,7 @@
 
 #include "core/handle.h"
 
-typedef struct om_deferred om_deferred;
+typedef struct om_retirement om_retirement;
 
 struct ortmem_holder {
     om_handle hdr;
@@ -25,21 +25,21 @@ struct ortmem_holder {
     void *user;
     bool builtin; /* the pool and quarantine holders */
     uint64_t owned, owned_peak, mapped, requested;
-    uint64_t reserved_owned, reserved_mapped;
+    uint64_t held_owned, held_mapped;
     uint64_t leased;
-    uint64_t footprint; /* max(owned + reserved_owned, leased), kept in step */
+    uint64_t footprint; /* max(owned + held_owned, leased), kept in step */
     uint64_t retained;  /* account copies held by vmm (regions, arenas, granules) */
-    uint64_t grants_open, tickets_waiting, releases_pending, leases_held;
+    uint64_t grants_open, tickets_waiting, retirements_pending, leases_held;
     unsigned in_pressure; /* its pressure callback is running */
 };
 
 struct ortmem_lease {
     om_handle hdr;
     ortmem_authority *authority;
-    ortmem_holder *holder; /* dangling once released: the holder may be gone */
+    ortmem_holder *holder; /* dangling once dropped: the holder may be gone */
     char holder_name[64];  /* for the double-free detail */
     uint64_t bytes;
-    bool released; /* kept until the authority goes, so a second release is a double free */
+    bool dropped; /* kept until the authority goes, so a second drop is a double free */
     ortmem_lease *next;
 };
 
@@ -59,9 +59,9 @@ struct ortmem_authority {
     uint64_t mapped_allowance;
     double aging_per_second;
     uint64_t used;        /* sum of holder footprints */
-    uint64_t mapped_used; /* sum of mapped + reserved_mapped */
+    uint64_t mapped_used; /* sum of mapped + held_mapped */
     uint64_t owned_total, owned_peak, mapped_total;
-    uint64_t refusals, pressure_calls, pressure_released;
+    uint64_t refusals, pressure_calls, pressure_reclaimed;
     ortmem_holder **holders;
     size_t holder_count, holder_capacity;
     ortmem_holder *pool_holder;
@@ -69,8 +69,8 @@ struct ortmem_authority {
     ortmem_lease *leases;
     ortmem_ticket *tickets; /* queue, in arrival order */
     uint64_t ticket_seq;
-    om_deferred *deferred; /* pending fence-ordered releases */
-    uint64_t deferred_count;
+    om_retirement *retirements; /* pending fence-ordered decommits and frees */
+    uint64_t retirement_count;
 };
 
 /* Pins an authority handle (registry) for a public call. */
@@ -91,17 +91,17 @@ bool om_fits_locked(const ortmem_authority *a, const ortmem_holder *h, uint64_t 
 uint64_t om_shortfall_locked(const ortmem_authority *a, const ortmem_holder *h,
                              uint64_t owned_bytes, uint64_t mapped_bytes);
 
-/* Reserves for h, asking reclaimable holders to release when short (unless
+/* Takes a hold for h, asking reclaimable holders to reclaim when short (unless
  * pressure is false or the thread is inside a pressure callback). Takes and
- * releases the lock itself; refusals are ORTMEM_E_BUDGET with the numbers. */
-ortmem_status om_reserve(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
-                         uint64_t mapped_bytes, bool pressure, const char *what);
+ * unlocks the lock itself; refusals are ORTMEM_E_BUDGET with the numbers. */
+ortmem_status om_take_hold(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
+                           uint64_t mapped_bytes, bool pressure, const char *what);
 /* Caller holds the lock. */
-void om_unreserve_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
-                         uint64_t mapped_bytes);
+void om_unhold_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned_bytes,
+                      uint64_t mapped_bytes);
 
 /* Asks reclaimable holders (lowest priority first, skipping exclude) to
- * release until want_bytes came back or everyone was asked once. Called
+ * reclaim until want_bytes came back or everyone was asked once. Called
  * without the lock. Returns the bytes the callbacks reported. */
 uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, uint64_t want_bytes);
 
@@ -115,7 +115,7 @@ void om_capacity_freed_locked(ortmem_authority *a);
 /* Tickets (ticket.c). */
 void om_tickets_serve_locked(ortmem_authority *a);
 
-/* Grants (grant.c): a grant handle over an already applied reservation. */
+/* Grants (grant.c): a grant handle over an already taken hold. */
 ortmem_status om_grant_new(ortmem_holder *h, uint64_t bytes, ortmem_grant **out);
 
 /* Whether the calling thread is inside a pressure callback. */

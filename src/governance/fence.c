@@ -1,7 +1,7 @@
 /* Fences: a signalled fence completes when signalled (the CPU backend's
  * kind); a query fence asks the engine (which tracks its own streams) through
  * a callback; an event fence asks the backend whether an event recorded on a
- * stream completed, so a release waits for that stream and never for the
+ * stream completed, so a retirement waits for that stream and never for the
  * whole device. */
 #include <stdio.h>
 
@@ -20,7 +20,7 @@ struct ortmem_fence {
     atomic_bool signalled;
     ortmem_fence_query_fn query;
     void *user;
-    _Atomic uint64_t pending; /* deferred releases waiting on it */
+    _Atomic uint64_t pending; /* retirements waiting on it */
     ortmem_backend *backend;  /* event fences: the backend that recorded the event */
     uint64_t event;
 };
@@ -77,10 +77,10 @@ ortmem_status ortmem_fence_create_event(ortmem_backend *backend, uint64_t stream
     ortmem_fence *f = NULL;
     st = om_fence_new(om_event_done, NULL, &f);
     if (st != ORTMEM_OK) {
-        /* The release clears the thread's detail: keep the fence's. */
+        /* Destroying the event clears the thread's detail: keep the fence's. */
         char detail[256];
         snprintf(detail, sizeof detail, "%s", ortmem_last_error());
-        (void)ortmem_backend_event_release(backend, event);
+        (void)ortmem_backend_event_destroy(backend, event);
         return OM_ERR(st, "%s", detail);
     }
     f->user = f;
@@ -126,12 +126,12 @@ ortmem_status ortmem_fence_query(ortmem_fence *f)
     return done ? ORTMEM_OK : ORTMEM_E_BUSY;
 }
 
-void om_fence_hold(ortmem_fence *f)
+void om_fence_pin(ortmem_fence *f)
 {
     atomic_fetch_add(&f->pending, 1);
 }
 
-void om_fence_unhold(ortmem_fence *f)
+void om_fence_unpin(ortmem_fence *f)
 {
     atomic_fetch_sub(&f->pending, 1);
 }
@@ -145,7 +145,7 @@ ortmem_status ortmem_fence_destroy(ortmem_fence *f)
     uint64_t pending = atomic_load(&f->pending);
     if (pending) {
         om_handle_unpin(&f->hdr);
-        return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu deferred releases still wait on it",
+        return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu retirements still wait on it",
                       (unsigned long long)pending);
     }
     st = om_handle_retire(&f->hdr, "fence destroy");
@@ -153,15 +153,15 @@ ortmem_status ortmem_fence_destroy(ortmem_fence *f)
         om_handle_unpin(&f->hdr);
         return st;
     }
-    /* A release may have been tied to it while the pins drained. */
+    /* A retirement may have been tied to it while the pins drained. */
     if ((pending = atomic_load(&f->pending)) != 0) {
         om_handle_revive(&f->hdr);
         om_handle_unpin(&f->hdr);
-        return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu deferred releases still wait on it",
+        return OM_ERR(ORTMEM_E_BUSY, "fence destroy: %llu retirements still wait on it",
                       (unsigned long long)pending);
     }
     if (f->backend)
-        (void)ortmem_backend_event_release(f->backend, f->event);
+        (void)ortmem_backend_event_destroy(f->backend, f->event);
     om_free(f);
     om_handle_end_destroy();
     return ORTMEM_OK;

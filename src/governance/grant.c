@@ -1,4 +1,4 @@
-/* Growth grants: prepare reserves, commit charges what was really used,
+/* Growth grants: prepare takes a hold, charge charges what was really used,
  * abort rolls back. Also the all-or-nothing prepare over several holders. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,26 +47,26 @@ ortmem_status ortmem_grant_prepare(ortmem_holder *h, uint64_t bytes, ortmem_gran
         return st;
     ortmem_authority *a = h->authority;
     /* Grants cover memory the engine maps itself: owned and mapped alike. */
-    st = om_reserve(a, h, bytes, bytes, true, "grant prepare");
+    st = om_take_hold(a, h, bytes, bytes, true, "grant prepare");
     if (st == ORTMEM_OK) {
         pthread_mutex_lock(&a->lock);
         st = om_grant_new(h, bytes, out);
         if (st != ORTMEM_OK)
-            om_unreserve_locked(a, h, bytes, bytes);
+            om_unhold_locked(a, h, bytes, bytes);
         pthread_mutex_unlock(&a->lock);
     }
     om_holder_unpin(h);
     return st;
 }
 
-ortmem_status ortmem_grant_commit(ortmem_grant *g, uint64_t actual_bytes)
+ortmem_status ortmem_grant_charge(ortmem_grant *g, uint64_t actual_bytes)
 {
     om_error_clear();
-    ortmem_status st = om_handle_pin(g, OM_KIND_GRANT, "grant commit");
+    ortmem_status st = om_handle_pin(g, OM_KIND_GRANT, "grant charge");
     if (st != ORTMEM_OK)
         return st;
     if (actual_bytes > g->bytes) {
-        st = OM_ERR(ORTMEM_E_RANGE, "grant commit: %llu bytes used of %llu prepared",
+        st = OM_ERR(ORTMEM_E_RANGE, "grant charge: %llu bytes used of %llu prepared",
                     (unsigned long long)actual_bytes, (unsigned long long)g->bytes);
         om_handle_unpin(&g->hdr);
         return st;
@@ -74,9 +74,9 @@ ortmem_status ortmem_grant_commit(ortmem_grant *g, uint64_t actual_bytes)
     ortmem_holder *h = g->holder;
     ortmem_authority *a = h->authority;
     pthread_mutex_lock(&a->lock);
-    /* The used part turns from reserved to charged; the rest is refunded. */
-    h->reserved_owned -= g->bytes < h->reserved_owned ? g->bytes : h->reserved_owned;
-    h->reserved_mapped -= g->bytes < h->reserved_mapped ? g->bytes : h->reserved_mapped;
+    /* The used part turns from held to charged; the rest is unheld. */
+    h->held_owned -= g->bytes < h->held_owned ? g->bytes : h->held_owned;
+    h->held_mapped -= g->bytes < h->held_mapped ? g->bytes : h->held_mapped;
     a->mapped_used -= g->bytes - actual_bytes;
     h->owned += actual_bytes;
     h->mapped += actual_bytes;
@@ -97,7 +97,7 @@ ortmem_status ortmem_grant_abort(ortmem_grant *g)
         return st;
     ortmem_authority *a = g->holder->authority;
     pthread_mutex_lock(&a->lock);
-    om_unreserve_locked(a, g->holder, g->bytes, g->bytes);
+    om_unhold_locked(a, g->holder, g->bytes, g->bytes);
     pthread_mutex_unlock(&a->lock);
     om_grant_end(g);
     return ORTMEM_OK;
@@ -137,14 +137,14 @@ static size_t om_try_claims(om_claim *c, size_t count)
             failed = applied;
             break;
         }
-        h->reserved_owned += c[applied].bytes;
-        h->reserved_mapped += c[applied].bytes;
+        h->held_owned += c[applied].bytes;
+        h->held_mapped += c[applied].bytes;
         h->authority->mapped_used += c[applied].bytes;
         om_holder_restate(h->authority, h);
     }
     if (failed < count) {
         for (size_t i = 0; i < applied; i++)
-            om_unreserve_locked(c[i].holder->authority, c[i].holder, c[i].bytes, c[i].bytes);
+            om_unhold_locked(c[i].holder->authority, c[i].holder, c[i].bytes, c[i].bytes);
     }
     last = NULL;
     for (size_t i = 0; i < count; i++) {
@@ -203,7 +203,7 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
     }
     if (st != ORTMEM_OK && made) {
         /* Bookkeeping failed part way (at claim made - 1): abort what was
-         * made, drop the reservations of the rest, the failed one included.
+         * made, unhold the rest, the failed one included.
          * The aborts clear the thread's detail: keep the failure's. */
         char detail[256];
         snprintf(detail, sizeof detail, "%s", ortmem_last_error());
@@ -213,7 +213,7 @@ ortmem_status ortmem_grant_prepare_many(size_t count, ortmem_holder *const *hold
             } else {
                 ortmem_authority *a = c[i].holder->authority;
                 pthread_mutex_lock(&a->lock);
-                om_unreserve_locked(a, c[i].holder, c[i].bytes, c[i].bytes);
+                om_unhold_locked(a, c[i].holder, c[i].bytes, c[i].bytes);
                 pthread_mutex_unlock(&a->lock);
             }
         }

@@ -107,14 +107,14 @@ ortmem_status ortmem_holder_unregister(ortmem_holder *h)
         why = "it is charged";
     else if (h->retained)
         why = "regions, arenas or granules still use its account";
-    else if (h->reserved_owned || h->reserved_mapped || h->grants_open)
-        why = "a grant or reservation is open";
+    else if (h->held_owned || h->held_mapped || h->grants_open)
+        why = "a grant or hold is open";
     else if (h->leases_held)
         why = "it holds a lease";
     else if (h->tickets_waiting)
         why = "a ticket is waiting";
-    else if (h->releases_pending)
-        why = "a deferred release is pending";
+    else if (h->retirements_pending)
+        why = "a retirement is pending";
     else if (h->in_pressure)
         why = "its pressure callback is running";
     if (why) {
@@ -146,12 +146,12 @@ ortmem_status ortmem_holder_unregister(ortmem_holder *h)
 
 /* ---- the account ---- */
 
-/* vmm calls reserve with its locks held: no pressure here (a callback could
+/* vmm calls hold with its locks held: no pressure here (a callback could
  * wait for those very locks); vmm calls relieve once it dropped them. */
-static ortmem_status acct_reserve(void *self, uint64_t owned, uint64_t mapped)
+static ortmem_status acct_hold(void *self, uint64_t owned, uint64_t mapped)
 {
     ortmem_holder *h = self;
-    return om_reserve(h->authority, h, owned, mapped, false, "commit");
+    return om_take_hold(h->authority, h, owned, mapped, false, "commit");
 }
 
 static uint64_t acct_relieve(void *self, uint64_t owned, uint64_t mapped)
@@ -168,12 +168,12 @@ static uint64_t acct_relieve(void *self, uint64_t owned, uint64_t mapped)
     return want ? om_apply_pressure(a, h, want) : 0;
 }
 
-static void acct_unreserve(void *self, uint64_t owned, uint64_t mapped)
+static void acct_unhold(void *self, uint64_t owned, uint64_t mapped)
 {
     ortmem_holder *h = self;
     ortmem_authority *a = h->authority;
     pthread_mutex_lock(&a->lock);
-    om_unreserve_locked(a, h, owned, mapped);
+    om_unhold_locked(a, h, owned, mapped);
     pthread_mutex_unlock(&a->lock);
 }
 
@@ -183,10 +183,10 @@ static void acct_charge(void *self, uint64_t owned, uint64_t mapped)
     ortmem_holder *h = self;
     ortmem_authority *a = h->authority;
     pthread_mutex_lock(&a->lock);
-    uint64_t from_owned = owned < h->reserved_owned ? owned : h->reserved_owned;
-    uint64_t from_mapped = mapped < h->reserved_mapped ? mapped : h->reserved_mapped;
-    h->reserved_owned -= from_owned;
-    h->reserved_mapped -= from_mapped;
+    uint64_t from_owned = owned < h->held_owned ? owned : h->held_owned;
+    uint64_t from_mapped = mapped < h->held_mapped ? mapped : h->held_mapped;
+    h->held_owned -= from_owned;
+    h->held_mapped -= from_mapped;
     h->owned += owned;
     h->mapped += mapped;
     a->owned_total += owned;
@@ -247,7 +247,7 @@ static void acct_retain(void *self)
     pthread_mutex_unlock(&h->authority->lock);
 }
 
-static void acct_release(void *self)
+static void acct_unretain(void *self)
 {
     ortmem_holder *h = self;
     pthread_mutex_lock(&h->authority->lock);
@@ -260,21 +260,21 @@ void om_holder_fill_account(ortmem_holder *h, ortmem_account *account)
     *account = (ortmem_account){
         .struct_size = sizeof *account,
         .self = h,
-        .reserve = acct_reserve,
-        .unreserve = acct_unreserve,
+        .hold = acct_hold,
+        .unhold = acct_unhold,
         .charge = acct_charge,
         .adopt = acct_adopt,
         .refund = acct_refund,
         .requested = acct_requested,
         .retain = acct_retain,
-        .release = acct_release,
+        .unretain = acct_unretain,
         .relieve = acct_relieve,
     };
 }
 
 ortmem_holder *om_holder_of_account(const ortmem_account *account)
 {
-    return account && account->reserve == acct_reserve ? account->self : NULL;
+    return account && account->hold == acct_hold ? account->self : NULL;
 }
 
 ortmem_status ortmem_holder_account(ortmem_holder *h, ortmem_account *account)

@@ -1,5 +1,5 @@
-/* Leases: standing claims on capacity. A released lease stays registered as a
- * tombstone until its authority goes, so a second release is told apart
+/* Leases: standing claims on budget. A dropped lease stays registered as a
+ * tombstone until its authority goes, so a second drop is told apart
  * (ORTMEM_E_DOUBLE_FREE) from a lease of a destroyed authority (ORTMEM_E_HANDLE). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@ static void om_lease_restate_locked(ortmem_authority *a, ortmem_holder *h)
 {
     uint64_t leased = 0;
     for (ortmem_lease *l = a->leases; l; l = l->next) {
-        if (l->holder == h && !l->released)
+        if (l->holder == h && !l->dropped)
             leased += l->bytes;
     }
     h->leased = leased;
@@ -44,9 +44,9 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
         return st;
     }
     pthread_mutex_lock(&a->lock);
-    /* The footprint grows from max(owned + reserved, leased) to the same with
+    /* The footprint grows from max(owned + held, leased) to the same with
      * the new lease; only that growth needs room. */
-    uint64_t charged = h->owned + h->reserved_owned;
+    uint64_t charged = h->owned + h->held_owned;
     uint64_t grown = h->leased + bytes > charged ? h->leased + bytes : charged;
     uint64_t delta = grown - h->footprint;
     if (grown < h->leased || a->used + delta > a->limit || a->used + delta < a->used) {
@@ -69,24 +69,24 @@ ortmem_status ortmem_lease_acquire(ortmem_holder *h, uint64_t bytes, ortmem_leas
     return ORTMEM_OK;
 }
 
-ortmem_status ortmem_lease_release(ortmem_lease *l)
+ortmem_status ortmem_lease_drop(ortmem_lease *l)
 {
     om_error_clear();
-    ortmem_status st = om_handle_pin(l, OM_KIND_LEASE, "lease release");
+    ortmem_status st = om_handle_pin(l, OM_KIND_LEASE, "lease drop");
     if (st != ORTMEM_OK)
         return st;
-    /* A released lease's holder may have unregistered since: only the
+    /* A dropped lease's holder may have unregistered since: only the
      * authority (which keeps the tombstone) is safe to reach. */
     ortmem_authority *a = l->authority;
     pthread_mutex_lock(&a->lock);
-    if (l->released) {
+    if (l->dropped) {
         st = OM_ERR(ORTMEM_E_DOUBLE_FREE,
-                    "lease release: the lease of %llu bytes for '%s' was "
-                    "released already",
+                    "lease drop: the lease of %llu bytes for '%s' was "
+                    "dropped already",
                     (unsigned long long)l->bytes, l->holder_name);
     } else {
         ortmem_holder *h = l->holder; /* live: its held lease keeps it registered */
-        l->released = true;
+        l->dropped = true;
         h->leases_held--;
         om_lease_restate_locked(a, h);
         om_capacity_freed_locked(a);

@@ -28,7 +28,7 @@ static void om_holder_report_fill(const ortmem_holder *h, ortmem_holder_report *
     r->mapped_bytes = h->mapped;
     r->requested_bytes = h->requested;
     r->overhead_bytes = h->owned > h->requested ? h->owned - h->requested : 0;
-    r->reserved_bytes = h->reserved_owned;
+    r->held_bytes = h->held_owned;
     r->leased_bytes = h->leased;
 }
 
@@ -65,12 +65,12 @@ static ortmem_status om_snapshot(ortmem_authority *a, ortmem_authority_report *r
     rep->owned_bytes = a->owned_total;
     rep->owned_peak_bytes = a->owned_peak;
     rep->mapped_bytes = a->mapped_total;
-    rep->reserved_bytes = a->used > a->owned_total ? a->used - a->owned_total : 0;
+    rep->claimed_bytes = a->used > a->owned_total ? a->used - a->owned_total : 0;
     rep->available_bytes = a->used < a->limit ? a->limit - a->used : 0;
     rep->refusals = a->refusals;
     rep->pressure_calls = a->pressure_calls;
-    rep->pressure_released_bytes = a->pressure_released;
-    rep->releases_pending = a->deferred_count;
+    rep->pressure_reclaimed_bytes = a->pressure_reclaimed;
+    rep->retirements_pending = a->retirement_count;
     rep->holder_count = n;
     for (size_t i = 0; i < n; i++) {
         const ortmem_holder *h = a->holders[i];
@@ -163,16 +163,16 @@ static void om_format_table(om_text *t, const ortmem_authority_report *r,
         snprintf(available, sizeof available, "%.2f MiB", om_mib(r->available_bytes));
     }
     om_put(t,
-           "authority: limit %s, owned %.2f MiB (peak %.2f), reserved %.2f MiB, available %s, "
+           "authority: limit %s, owned %.2f MiB (peak %.2f), claimed %.2f MiB, available %s, "
            "mapped %.2f MiB\n",
-           limit, om_mib(r->owned_bytes), om_mib(r->owned_peak_bytes), om_mib(r->reserved_bytes),
+           limit, om_mib(r->owned_bytes), om_mib(r->owned_peak_bytes), om_mib(r->claimed_bytes),
            available, om_mib(r->mapped_bytes));
     om_put(t,
-           "refusals %llu, pressure calls %llu (released %.2f MiB), tickets waiting %llu, "
-           "releases pending %llu\n\n",
+           "refusals %llu, pressure calls %llu (reclaimed %.2f MiB), tickets waiting %llu, "
+           "retirements pending %llu\n\n",
            (unsigned long long)r->refusals, (unsigned long long)r->pressure_calls,
-           om_mib(r->pressure_released_bytes), (unsigned long long)r->tickets_waiting,
-           (unsigned long long)r->releases_pending);
+           om_mib(r->pressure_reclaimed_bytes), (unsigned long long)r->tickets_waiting,
+           (unsigned long long)r->retirements_pending);
     om_put(t, "%-20s %-9s %11s %12s %12s %12s %12s %12s %12s\n", "holder", "role", "prio",
            "owned MiB", "peak MiB", "mapped MiB", "request MiB", "overhead MiB", "leased MiB");
     for (size_t i = 0; i < n; i++)
@@ -196,16 +196,16 @@ static void om_format_json(om_text *t, const ortmem_authority_report *r,
 {
     om_put(t,
            "{\"limit_bytes\": %llu, \"mapped_allowance_bytes\": %llu, \"owned_bytes\": %llu, "
-           "\"owned_peak_bytes\": %llu, \"mapped_bytes\": %llu, \"reserved_bytes\": %llu, "
+           "\"owned_peak_bytes\": %llu, \"mapped_bytes\": %llu, \"claimed_bytes\": %llu, "
            "\"available_bytes\": %llu, \"refusals\": %llu, \"pressure_calls\": %llu, "
-           "\"pressure_released_bytes\": %llu, \"tickets_waiting\": %llu, "
-           "\"releases_pending\": %llu, \"roles\": {",
+           "\"pressure_reclaimed_bytes\": %llu, \"tickets_waiting\": %llu, "
+           "\"retirements_pending\": %llu, \"roles\": {",
            (unsigned long long)r->limit_bytes, (unsigned long long)r->mapped_allowance_bytes,
            (unsigned long long)r->owned_bytes, (unsigned long long)r->owned_peak_bytes,
-           (unsigned long long)r->mapped_bytes, (unsigned long long)r->reserved_bytes,
+           (unsigned long long)r->mapped_bytes, (unsigned long long)r->claimed_bytes,
            (unsigned long long)r->available_bytes, (unsigned long long)r->refusals,
-           (unsigned long long)r->pressure_calls, (unsigned long long)r->pressure_released_bytes,
-           (unsigned long long)r->tickets_waiting, (unsigned long long)r->releases_pending);
+           (unsigned long long)r->pressure_calls, (unsigned long long)r->pressure_reclaimed_bytes,
+           (unsigned long long)r->tickets_waiting, (unsigned long long)r->retirements_pending);
     for (unsigned role = 0; role < ORTMEM_ROLE_COUNT; role++) {
         uint64_t owned = r->by_role_owned[role], requested = r->by_role_requested[role];
         om_put(t,
@@ -222,11 +222,11 @@ static void om_format_json(om_text *t, const ortmem_authority_report *r,
         om_put(t,
                ", \"role\": \"%s\", \"priority\": %d, \"owned_bytes\": %llu, "
                "\"owned_peak_bytes\": %llu, \"mapped_bytes\": %llu, \"requested_bytes\": %llu, "
-               "\"overhead_bytes\": %llu, \"reserved_bytes\": %llu, \"leased_bytes\": %llu}",
+               "\"overhead_bytes\": %llu, \"held_bytes\": %llu, \"leased_bytes\": %llu}",
                ortmem_role_name(h[i].role), h[i].priority, (unsigned long long)h[i].owned_bytes,
                (unsigned long long)h[i].owned_peak_bytes, (unsigned long long)h[i].mapped_bytes,
                (unsigned long long)h[i].requested_bytes, (unsigned long long)h[i].overhead_bytes,
-               (unsigned long long)h[i].reserved_bytes, (unsigned long long)h[i].leased_bytes);
+               (unsigned long long)h[i].held_bytes, (unsigned long long)h[i].leased_bytes);
     }
     om_put(t, "]}\n");
 }

@@ -1,7 +1,7 @@
 /* Tickets: requests waiting for capacity. Served in order of effective
  * priority (priority + aging per second waited), then arrival; the head of the
  * queue is served first and a request behind it waits its turn. A ticket's
- * capacity is reserved (as a grant) under the authority lock before its waiter
+ * budget is held (as a grant) under the authority lock before its waiter
  * wakes, so nobody can steal it; grant, cancel and timeout are decided under
  * that lock, so exactly one of them wins. */
 #include <errno.h>
@@ -82,8 +82,8 @@ void om_tickets_serve_locked(ortmem_authority *a)
         t->no_bookkeeping = om_grant_new(h, t->bytes, &g) != ORTMEM_OK;
         if (t->no_bookkeeping)
             return; /* the ticket keeps waiting; its wait reports ORTMEM_E_NOMEM */
-        h->reserved_owned += t->bytes;
-        h->reserved_mapped += t->bytes;
+        h->held_owned += t->bytes;
+        h->held_mapped += t->bytes;
         a->mapped_used += t->bytes;
         om_holder_restate(a, h);
         om_queue_remove(a, t);

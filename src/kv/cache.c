@@ -422,7 +422,7 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
         return st;
     }
     /* Gone either way; a quarantine on the way is reported. */
-    st = om_prefix_release_all(c);
+    st = om_prefix_free_all(c);
     om_error_saved failure;
     om_error_save(&failure);
     ortmem_status fst = om_cache_free(c);
@@ -494,7 +494,7 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
     s.prefix_hits = c->prefix_hits;
     s.prefix_tokens_reused = c->prefix_tokens;
     s.prefix_bytes_saved = c->prefix_saved;
-    s.prefix_released = c->prefix_released;
+    s.prefix_evicted = c->prefix_evicted;
     s.swaps_out = c->swaps_out;
     s.swaps_in = c->swaps_in;
     pthread_mutex_unlock(&c->lock);

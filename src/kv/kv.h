@@ -65,7 +65,7 @@ struct ortmem_kv_cache {
     uint64_t prefix_count;
     /* Counters (cache lock). */
     uint64_t growth_copied, cow_copied, generations, prefix_hits, prefix_tokens, prefix_saved,
-        prefix_released, swaps_out, swaps_in;
+        prefix_evicted, swaps_out, swaps_in;
 };
 
 /* Fragment f's byte range in a sequence of capacity cap. */
@@ -97,7 +97,7 @@ ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream);
 om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count);
 void om_prefix_unref(ortmem_kv_cache *c, om_prefix *p);
 uint64_t om_prefix_pressure(void *user, uint64_t want_bytes);
-ortmem_status om_prefix_release_all(ortmem_kv_cache *c);
+ortmem_status om_prefix_free_all(ortmem_kv_cache *c);
 /* Tokens in one block whose bytes end on a granule in every fragment. */
 uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c);
 

@@ -178,8 +178,8 @@ static uint64_t om_owned(ortmem_backend *b)
 uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
 {
     ortmem_kv_cache *c = user;
-    uint64_t released = 0;
-    while (released < want_bytes) {
+    uint64_t reclaimed = 0;
+    while (reclaimed < want_bytes) {
         pthread_mutex_lock(&c->lock);
         om_prefix *victim = c->lru_head;
         while (victim && victim->refs)
@@ -187,7 +187,7 @@ uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
         if (victim) {
             om_lru_unlink(c, victim);
             c->prefix_count--;
-            c->prefix_released++;
+            c->prefix_evicted++;
         }
         pthread_mutex_unlock(&c->lock);
         if (!victim)
@@ -196,12 +196,12 @@ uint64_t om_prefix_pressure(void *user, uint64_t want_bytes)
         uint64_t before = om_owned(c->backend);
         (void)om_prefix_free(victim); /* a quarantine shows in the ledger */
         uint64_t after = om_owned(c->backend);
-        released += before > after ? before - after : 0;
+        reclaimed += before > after ? before - after : 0;
     }
-    return released;
+    return reclaimed;
 }
 
-ortmem_status om_prefix_release_all(ortmem_kv_cache *c)
+ortmem_status om_prefix_free_all(ortmem_kv_cache *c)
 {
     ortmem_status st = ORTMEM_OK;
     pthread_mutex_lock(&c->lock);

@@ -13,6 +13,6 @@ ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream)
         return st;
     while ((st = ortmem_backend_event_query(backend, event)) == ORTMEM_E_BUSY)
         sched_yield();
-    ortmem_status released = ortmem_backend_event_release(backend, event);
-    return st == ORTMEM_OK ? released : st;
+    ortmem_status destroyed = ortmem_backend_event_destroy(backend, event);
+    return st == ORTMEM_OK ? destroyed : st;
 }

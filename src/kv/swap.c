@@ -1,5 +1,5 @@
 /* Swap: a sequence's live bytes move to a host tier (a region on the host
- * backend) and its device granules are released; swap-in commits and copies
+ * backend) and its device granules are decommitted; swap-in commits and copies
  * them back byte for byte. The device VA stays reserved, so a stable
  * sequence's pointers are the same after swap-in. */
 #include <stdio.h>
@@ -13,7 +13,7 @@
 /* Copies every fragment's first `tokens` tokens between the two regions'
  * same offsets on the cache's stream (the device backend reaches host
  * memory) and returns once they completed, failed or not: nothing may be
- * released while a copy still reads or writes it. */
+ * decommitted while a copy still reads or writes it. */
 static ortmem_status om_copy_live(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_region *to,
                                   ortmem_region *from)
 {
@@ -73,7 +73,7 @@ ortmem_status ortmem_kv_seq_swap_out(ortmem_kv_seq *s)
         st = om_commit_live(c, s, host);
     if (st == ORTMEM_OK)
         st = om_copy_live(c, s, host, s->region);
-    /* Release every device granule; the VA stays. */
+    /* Decommit every device granule; the VA stays. */
     if (st == ORTMEM_OK)
         st = ortmem_region_decommit(s->region, 0, ortmem_region_size(s->region));
     if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {

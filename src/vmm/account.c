@@ -15,17 +15,17 @@ ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const 
     if (st != ORTMEM_OK)
         return st;
     memcpy(&dst->ops, src, src->struct_size);
-    if (!dst->ops.reserve || !dst->ops.unreserve || !dst->ops.charge || !dst->ops.adopt ||
+    if (!dst->ops.hold || !dst->ops.unhold || !dst->ops.charge || !dst->ops.adopt ||
         !dst->ops.refund)
         return OM_ERR(ORTMEM_E_INVALID,
-                      "%s: account lacks a required slot (reserve, unreserve, charge, adopt, "
+                      "%s: account lacks a required slot (hold, unhold, charge, adopt, "
                       "refund)",
                       what);
-    bool has_retain = dst->ops.struct_size >= OM_SIZE_THROUGH(ortmem_account, release);
+    bool has_retain = dst->ops.struct_size >= OM_SIZE_THROUGH(ortmem_account, unretain);
     if (!has_retain)
-        dst->ops.retain = NULL, dst->ops.release = NULL;
-    if (!dst->ops.retain != !dst->ops.release)
-        return OM_ERR(ORTMEM_E_INVALID, "%s: account sets only one of retain and release", what);
+        dst->ops.retain = NULL, dst->ops.unretain = NULL;
+    if (!dst->ops.retain != !dst->ops.unretain)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: account sets only one of retain and unretain", what);
     dst->set = true;
     if (dst->ops.retain)
         dst->ops.retain(dst->ops.self);
@@ -41,22 +41,22 @@ om_account om_account_copy(const om_account *src)
 
 void om_account_drop(om_account *a)
 {
-    if (a->set && a->ops.release)
-        a->ops.release(a->ops.self);
+    if (a->set && a->ops.unretain)
+        a->ops.unretain(a->ops.self);
     a->set = false;
 }
 
-ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped)
+ortmem_status om_account_hold(const om_account *a, uint64_t owned, uint64_t mapped)
 {
     if (!a->set || (owned == 0 && mapped == 0))
         return ORTMEM_OK;
-    return a->ops.reserve(a->ops.self, owned, mapped);
+    return a->ops.hold(a->ops.self, owned, mapped);
 }
 
-void om_account_unreserve(const om_account *a, uint64_t owned, uint64_t mapped)
+void om_account_unhold(const om_account *a, uint64_t owned, uint64_t mapped)
 {
     if (a->set && (owned || mapped))
-        a->ops.unreserve(a->ops.self, owned, mapped);
+        a->ops.unhold(a->ops.self, owned, mapped);
 }
 
 void om_account_charge(const om_account *a, uint64_t owned, uint64_t mapped)

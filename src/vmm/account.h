@@ -18,18 +18,18 @@ ortmem_status om_account_init(om_account *dst, const ortmem_account *src, const 
 om_account om_account_copy(const om_account *src);
 void om_account_drop(om_account *a);
 
-ortmem_status om_account_reserve(const om_account *a, uint64_t owned, uint64_t mapped);
-void om_account_unreserve(const om_account *a, uint64_t owned, uint64_t mapped);
+ortmem_status om_account_hold(const om_account *a, uint64_t owned, uint64_t mapped);
+void om_account_unhold(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_charge(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_adopt(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_refund(const om_account *a, uint64_t owned, uint64_t mapped);
 void om_account_requested(const om_account *a, int64_t delta);
-/* After a refused reserve, with no vmm lock held: asks for room. Returns
+/* After a refused hold, with no vmm lock held: asks for room. Returns
  * whether a retry is worth it (the account can relieve at all). */
 bool om_account_relieve(const om_account *a, uint64_t owned, uint64_t mapped);
 bool om_account_can_relieve(const om_account *a);
 
-/* A refused reservation, carried out of the locked section: a retained copy
+/* A refused hold, carried out of the locked section: a retained copy
  * of the account and what it refused. */
 typedef struct om_relief {
     om_account account;

@@ -15,7 +15,7 @@
  * - per granule: how many live allocations touch it, whether it is committed,
  *   and its place in the LRU list of empty committed granules (the cache).
  *
- * Alloc is transactional: host bookkeeping is reserved and the granules are
+ * Alloc is transactional: room for the host bookkeeping is made and the granules are
  * committed (one region call for the run) before any index changes, so a
  * failure leaves the arena exactly as it was (failed_allocs aside, which
  * counts every failed alloc on a live handle). Free always takes effect: a
@@ -50,11 +50,11 @@ static void unpin_arena(ortmem_arena *a)
     om_handle_unpin(&a->hdr);
 }
 
-static void release_metadata(ortmem_arena *a)
+static void free_metadata(ortmem_arena *a)
 {
     om_blocks_release(a);
-    om_map_release(&a->used);
-    om_map_release(&a->freed);
+    om_map_free(&a->used);
+    om_map_free(&a->freed);
     om_free(a->granules);
     om_free(a->scratch);
     om_account_drop(&a->account);
@@ -141,7 +141,7 @@ static void undo_create(ortmem_region *region, ortmem_arena *a, om_account *acco
 {
     (void)ortmem_region_destroy(region);
     if (a)
-        release_metadata(a);
+        free_metadata(a);
     else
         om_account_drop(account);
 }
@@ -219,7 +219,7 @@ static ortmem_status tear_down(ortmem_arena *a)
                            (unsigned long long)dropped);
     pthread_mutex_unlock(&a->lock);
     pthread_mutex_destroy(&a->lock);
-    release_metadata(a);
+    free_metadata(a);
     om_handle_end_destroy();
     return st;
 }
@@ -304,7 +304,7 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
                       "block %zu bytes; %zu of %zu bytes capacity free)",
                       size, eff_align, om_index_largest(a), a->capacity - a->used_bytes,
                       a->capacity);
-    if (!om_blocks_reserve(a, 2) || !om_map_reserve(&a->used))
+    if (!om_blocks_grow(a, 2) || !om_map_grow(&a->used))
         return OM_ERR(ORTMEM_E_NOMEM, "arena alloc: host bookkeeping for %zu live allocations",
                       a->used.count + 1);
     size_t c_first = OM_NONE, c_last = 0;
@@ -391,7 +391,7 @@ static ortmem_status find_used(const ortmem_arena *a, void *ptr, om_block **out)
 static om_freed *new_freed_record(ortmem_arena *a)
 {
     om_freed *record = om_malloc(sizeof *record);
-    if (record && !om_map_reserve(&a->freed)) {
+    if (record && !om_map_grow(&a->freed)) {
         om_free(record);
         record = NULL;
     }
@@ -476,8 +476,9 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
     s.allocs = a->allocs;
     s.frees = a->frees;
     s.failed_allocs = a->failed_allocs;
-    if (stats->struct_size >= offsetof(ortmem_arena_stats, fenced_bytes) + sizeof s.fenced_bytes)
-        s.fenced_bytes = (uint64_t)a->fenced_count * a->granule;
+    if (stats->struct_size >=
+        offsetof(ortmem_arena_stats, quarantined_bytes) + sizeof s.quarantined_bytes)
+        s.quarantined_bytes = (uint64_t)a->quarantined_count * a->granule;
     unpin_arena(a);
     memcpy(stats, &s, stats->struct_size);
     return ORTMEM_OK;

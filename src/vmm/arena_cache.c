@@ -87,7 +87,7 @@ static void settle_failed_run(ortmem_arena *a, size_t i, size_t j)
             continue;
         }
         om_granule_decommitted(a, gi);
-        if (info.state == ORTMEM_GRANULE_POISONED)
+        if (info.state == ORTMEM_GRANULE_QUARANTINED)
             (void)om_granule_fence(a, gi);
     }
 }

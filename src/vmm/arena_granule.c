@@ -24,20 +24,20 @@ bool om_granule_fence(ortmem_arena *a, size_t i)
     while (b && b->offset + b->size <= start)
         b = b->phys_next;
     if (!b || !b->is_free || b->offset > start || b->offset + b->size < end ||
-        !om_blocks_reserve(a, 2))
+        !om_blocks_grow(a, 2))
         return false;
     om_block_carve(a, b, start, end);
     a->used_bytes += a->granule;
     a->granules[i].live = 1; /* never empty again: never cached nor recommitted */
-    a->fenced_count++;
+    a->quarantined_count++;
     return true;
 }
 
-static bool granule_poisoned(ortmem_arena *a, size_t i)
+static bool granule_quarantined(ortmem_arena *a, size_t i)
 {
     ortmem_granule_info info = {.struct_size = sizeof info};
     return ortmem_region_granule_info(a->region, i * a->granule, &info) == ORTMEM_OK &&
-           info.state == ORTMEM_GRANULE_POISONED;
+           info.state == ORTMEM_GRANULE_QUARANTINED;
 }
 
 /* Hull of the uncommitted granules in [g_first, g_last]; false when none. */
@@ -58,13 +58,13 @@ static bool uncommitted_hull(const ortmem_arena *a, size_t g_first, size_t g_las
 /* After a refused commit: fences the granules of the hull the region
  * quarantined. Asking the region clears the thread's detail, so the commit's
  * own is kept and put back. */
-static bool fence_poisoned(ortmem_arena *a, ortmem_status st, size_t c_first, size_t c_last)
+static bool fence_quarantined(ortmem_arena *a, ortmem_status st, size_t c_first, size_t c_last)
 {
     om_error_saved saved;
     om_error_save(&saved);
     bool fenced = false;
     for (size_t i = c_first; i <= c_last; i++) {
-        if (!a->granules[i].committed && granule_poisoned(a, i))
+        if (!a->granules[i].committed && granule_quarantined(a, i))
             fenced |= om_granule_fence(a, i);
     }
     (void)om_error_restore(&saved, st);
@@ -89,12 +89,12 @@ ortmem_status om_granules_commit(ortmem_arena *a, size_t g_first, size_t g_last,
     if (!uncommitted_hull(a, g_first, g_last, c_first, c_last))
         return ORTMEM_OK;
     /* One call for the hull; the region skips granules already mapped. A
-     * refused reservation is relieved by the caller once the arena lock is
+     * refused hold is relieved by the caller once the arena lock is
      * dropped (a pressure callback may free into this very arena). */
     ortmem_range run = {*c_first * a->granule, (*c_last - *c_first + 1) * a->granule};
     ortmem_status st = om_region_commit_for(a->region, &run, 1, relief);
     if (st != ORTMEM_OK)
-        *fenced |= fence_poisoned(a, st, *c_first, *c_last);
+        *fenced |= fence_quarantined(a, st, *c_first, *c_last);
     else
         mark_committed(a, *c_first, *c_last);
     return st;

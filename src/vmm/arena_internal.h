@@ -89,9 +89,9 @@ struct ortmem_arena {
     size_t lru_head, lru_tail; /* head: least recently emptied */
     size_t cached_count;
     size_t committed_count;
-    size_t fenced_count; /* granules the region quarantined, never handed out */
-    om_account account;  /* told the allocated bytes as the requested content */
-    size_t *scratch;     /* granule indices of one eviction pass */
+    size_t quarantined_count; /* granules the region quarantined, never handed out */
+    om_account account;       /* told the allocated bytes as the requested content */
+    size_t *scratch;          /* granule indices of one eviction pass */
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
     uint64_t allocs, frees, failed_allocs;
@@ -118,7 +118,7 @@ static inline unsigned om_floor_log2(size_t v)
 static inline bool om_arena_ledger_consistent(const ortmem_arena *a)
 {
     return a->cached_count <= a->committed_count && a->committed_count <= a->granule_count &&
-           a->fenced_count <= a->granule_count && a->used_bytes <= a->capacity &&
+           a->quarantined_count <= a->granule_count && a->used_bytes <= a->capacity &&
            a->allocated_bytes <= a->used_bytes && a->live_allocations == a->used.count &&
            a->allocated_bytes <= a->allocated_peak &&
            (uint64_t)a->committed_count * a->granule <= a->committed_peak;
@@ -128,11 +128,11 @@ static inline bool om_arena_ledger_consistent(const ortmem_arena *a)
 
 void *om_map_find(const om_addr_map *m, size_t key);
 /* Makes room for one more entry, so the insert that follows cannot fail. */
-bool om_map_reserve(om_addr_map *m);
-/* The key must be absent and room reserved. */
+bool om_map_grow(om_addr_map *m);
+/* The key must be absent and room made (om_map_grow). */
 void om_map_insert(om_addr_map *m, void *entry);
 void om_map_remove(om_addr_map *m, size_t key);
-void om_map_release(om_addr_map *m);
+void om_map_free(om_addr_map *m);
 
 /* ---- arena_tlsf.c: free-block index and block nodes ---- */
 
@@ -141,7 +141,7 @@ void om_index_insert(ortmem_arena *a, om_block *b);
 om_block *om_index_find(const ortmem_arena *a, size_t bytes, size_t align, size_t *start);
 size_t om_index_largest(const ortmem_arena *a);
 /* Tops up the spare nodes so the carve that follows cannot fail. */
-bool om_blocks_reserve(ortmem_arena *a, size_t n);
+bool om_blocks_grow(ortmem_arena *a, size_t n);
 /* Turns [start, end) of the free block b into a used block (b itself); the
  * rest becomes free blocks on either side. Needs two spare nodes. Freed
  * starts inside [start, end) are forgotten: that memory is handed out again. */

@@ -33,7 +33,7 @@ void *om_map_find(const om_addr_map *m, size_t key)
     return m->cap ? m->slots[map_slot(m, key)] : NULL;
 }
 
-bool om_map_reserve(om_addr_map *m)
+bool om_map_grow(om_addr_map *m)
 {
     if ((m->count + 1) * 2 <= m->cap)
         return true;
@@ -58,7 +58,7 @@ bool om_map_reserve(om_addr_map *m)
 void om_map_insert(om_addr_map *m, void *entry)
 {
     size_t i = map_slot(m, map_key(entry));
-    assert(!m->slots[i] && (m->count + 1) * 2 <= m->cap); /* absent, room reserved */
+    assert(!m->slots[i] && (m->count + 1) * 2 <= m->cap); /* absent, room made */
     m->slots[i] = entry;
     m->count++;
 }
@@ -85,7 +85,7 @@ void om_map_remove(om_addr_map *m, size_t key)
     }
 }
 
-void om_map_release(om_addr_map *m)
+void om_map_free(om_addr_map *m)
 {
     om_free(m->slots);
     *m = (om_addr_map){NULL, 0, 0};

@@ -154,7 +154,7 @@ size_t om_index_largest(const ortmem_arena *a)
 
 /* ---- block nodes ---- */
 
-bool om_blocks_reserve(ortmem_arena *a, size_t n)
+bool om_blocks_grow(ortmem_arena *a, size_t n)
 {
     while (a->spare_count < n) {
         om_block *b = om_malloc(sizeof *b);
@@ -169,7 +169,7 @@ bool om_blocks_reserve(ortmem_arena *a, size_t n)
 
 static om_block *node_take(ortmem_arena *a)
 {
-    assert(a->spare_count > 0); /* reserved before the change began */
+    assert(a->spare_count > 0); /* made room for before the change began */
     om_block *b = a->spare;
     a->spare = b->phys_next;
     a->spare_count--;

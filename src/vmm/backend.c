@@ -21,7 +21,7 @@ static const char *const om_op_names[ORTMEM_OP_COUNT + 1] = {
     [ORTMEM_OP_MEMSET_ASYNC] = "memset_async",
     [ORTMEM_OP_EVENT_RECORD] = "event_record",
     [ORTMEM_OP_EVENT_QUERY] = "event_query",
-    [ORTMEM_OP_EVENT_RELEASE] = "event_release",
+    [ORTMEM_OP_EVENT_DESTROY] = "event_destroy",
     [ORTMEM_OP_ANY] = "any",
 };
 
@@ -45,7 +45,7 @@ ortmem_status ortmem_backend_op_parse(const char *name, ortmem_backend_op *op)
     return OM_ERR(ORTMEM_E_INVALID,
                   "backend op parse: unknown operation '%s' (reserve, unreserve, create, "
                   "release, map, unmap, set_access, export, import, copy, copy_async, "
-                  "memset_async, event_record, event_query, event_release, any)",
+                  "memset_async, event_record, event_query, event_destroy, any)",
                   name);
 }
 
@@ -54,13 +54,13 @@ static bool om_is_pow2(size_t v)
     return v && !(v & (v - 1));
 }
 
-/* Releases the events still live (nothing else can name them now). */
+/* Destroys the events still live (nothing else can name them now). */
 static void om_events_teardown(ortmem_backend *b)
 {
     uint64_t event;
     for (size_t cursor = 0; om_hashset_next(&b->events.live, &cursor, &event);) {
-        if (b->ops.event_release)
-            (void)b->ops.event_release(b->self, event);
+        if (b->ops.event_destroy)
+            (void)b->ops.event_destroy(b->self, event);
     }
     om_hashset_release(&b->events.live);
 }
@@ -347,9 +347,9 @@ static ortmem_status om_fwd_event_query(void *self, uint64_t event)
     return om_backend_event_query(self, event);
 }
 
-static ortmem_status om_fwd_event_release(void *self, uint64_t event)
+static ortmem_status om_fwd_event_destroy(void *self, uint64_t event)
 {
-    return om_backend_event_release(self, event);
+    return om_backend_event_destroy(self, event);
 }
 
 ortmem_status ortmem_backend_forwarding_ops(ortmem_backend *b, ortmem_backend_ops *calls)
@@ -380,7 +380,7 @@ ortmem_status ortmem_backend_forwarding_ops(ortmem_backend *b, ortmem_backend_op
         .memset_async = b->ops.memset_async ? om_fwd_memset_async : NULL,
         .event_record = events ? om_fwd_event_record : NULL,
         .event_query = events ? om_fwd_event_query : NULL,
-        .event_release = events ? om_fwd_event_release : NULL,
+        .event_destroy = events ? om_fwd_event_destroy : NULL,
     };
     om_backend_unpin(b);
     return ORTMEM_OK;
@@ -513,7 +513,7 @@ ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, s
 
 bool om_backend_has_events(const ortmem_backend *b)
 {
-    return b->ops.event_record && b->ops.event_query && b->ops.event_release;
+    return b->ops.event_record && b->ops.event_query && b->ops.event_destroy;
 }
 
 ortmem_status om_backend_copy_async(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size,
@@ -548,7 +548,7 @@ ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64
     bool tracked = om_hashset_insert(&b->events.live, ev);
     pthread_mutex_unlock(&b->events.lock);
     if (!tracked) {
-        (void)b->ops.event_release(b->self, ev);
+        (void)b->ops.event_destroy(b->self, ev);
         return OM_ERR(ORTMEM_E_NOMEM,
                       "backend '%s' event record: no memory to track one more live event",
                       b->ops.name);
@@ -561,14 +561,14 @@ ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event)
 {
     if (!om_backend_has_events(b))
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
-    /* The lock stays held over the query so that a release racing with it
+    /* The lock stays held over the query so that a destroy racing with it
      * cannot free the event under the driver's feet. */
     pthread_mutex_lock(&b->events.lock);
     if (!om_hashset_contains(&b->events.live, event)) {
         pthread_mutex_unlock(&b->events.lock);
         return OM_ERR(ORTMEM_E_NOT_FOUND,
                       "backend '%s' event query: event 0x%llx is not live on this backend "
-                      "(never recorded here, or released)",
+                      "(never recorded here, or destroyed)",
                       b->ops.name, (unsigned long long)event);
     }
     ortmem_status st = b->ops.event_query(b->self, event);
@@ -582,7 +582,7 @@ ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event)
     return om_counted(b, ORTMEM_OP_EVENT_QUERY, st);
 }
 
-ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event)
+ortmem_status om_backend_event_destroy(ortmem_backend *b, uint64_t event)
 {
     if (!om_backend_has_events(b))
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
@@ -591,12 +591,12 @@ ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event)
     pthread_mutex_unlock(&b->events.lock);
     if (!was_live)
         return OM_ERR(ORTMEM_E_NOT_FOUND,
-                      "backend '%s' event release: event 0x%llx is not live on this backend "
-                      "(never recorded here, or released already)",
+                      "backend '%s' event destroy: event 0x%llx is not live on this backend "
+                      "(never recorded here, or destroyed already)",
                       b->ops.name, (unsigned long long)event);
-    ortmem_status st = om_counted(b, ORTMEM_OP_EVENT_RELEASE, b->ops.event_release(b->self, event));
+    ortmem_status st = om_counted(b, ORTMEM_OP_EVENT_DESTROY, b->ops.event_destroy(b->self, event));
     if (st != ORTMEM_OK) {
-        /* Still live: the caller may try again, and destroy releases it. */
+        /* Still live: the caller may try again, and destroy destroys it. */
         pthread_mutex_lock(&b->events.lock);
         bool tracked = om_hashset_insert(&b->events.live, event);
         pthread_mutex_unlock(&b->events.lock);
@@ -658,13 +658,13 @@ ortmem_status ortmem_backend_event_query(ortmem_backend *b, uint64_t event)
     return st;
 }
 
-ortmem_status ortmem_backend_event_release(ortmem_backend *b, uint64_t event)
+ortmem_status ortmem_backend_event_destroy(ortmem_backend *b, uint64_t event)
 {
     om_error_clear();
-    ortmem_status st = om_backend_pin(b, "backend event release");
+    ortmem_status st = om_backend_pin(b, "backend event destroy");
     if (st != ORTMEM_OK)
         return st;
-    st = om_backend_event_release(b, event);
+    st = om_backend_event_destroy(b, event);
     om_backend_unpin(b);
     return st;
 }

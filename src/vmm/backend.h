@@ -33,7 +33,7 @@ typedef struct om_phys {
     size_t size;
     _Atomic unsigned mappers;
     unsigned flags;
-    bool poisoned; /* quarantined: never released nor reused */
+    bool quarantined; /* quarantined: never released nor reused */
     om_account owner;
 } om_phys;
 
@@ -44,8 +44,8 @@ typedef struct om_pool {
     size_t bytes;
 } om_pool;
 
-/* The events a backend handed out and nobody released yet (backend.c), so
- * that a foreign or released event never reaches the driver. */
+/* The events a backend handed out and nobody destroyed yet (backend.c), so
+ * that a foreign or destroyed event never reaches the driver. */
 typedef struct om_event_set {
     om_hashset live;
     pthread_mutex_t lock;
@@ -95,7 +95,7 @@ ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t
 ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size);
 bool om_backend_can_copy(const ortmem_backend *b);
 /* Stream-ordered slots; ORTMEM_E_UNSUPPORTED (not counted) when missing.
- * Events are tracked: query and release of a value not live here is
+ * Events are tracked: query and destroy of a value not live here is
  * ORTMEM_E_NOT_FOUND; a pending query is ORTMEM_E_BUSY (counted, no failure). */
 ortmem_status om_backend_copy_async(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size,
                                     uint64_t stream);
@@ -103,7 +103,7 @@ ortmem_status om_backend_memset_async(ortmem_backend *b, uintptr_t dst, int valu
                                       uint64_t stream);
 ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event);
 ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event);
-ortmem_status om_backend_event_release(ortmem_backend *b, uint64_t event);
+ortmem_status om_backend_event_destroy(ortmem_backend *b, uint64_t event);
 /* All three event slots present. */
 bool om_backend_has_events(const ortmem_backend *b);
 
@@ -130,9 +130,9 @@ ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p);
 ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p);
 /* Moves the granule's owner copy (retaining the new account first). */
 void om_phys_set_owner(om_phys *p, const om_account *owner);
-/* Poisons a granule: it stays owned and is reported, never reused; its charge
+/* Quarantines a granule: it stays owned and is reported, never reused; its charge
  * moves to the quarantine account. */
-void om_phys_poison(ortmem_backend *b, om_phys *p);
+void om_phys_quarantine(ortmem_backend *b, om_phys *p);
 /* A mapping that could not be unmapped: its mapped charge moves from the
  * mapping region's account to the quarantine account. */
 void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t bytes);

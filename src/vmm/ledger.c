@@ -57,7 +57,7 @@ ortmem_status ortmem_backend_stats(ortmem_backend *b, ortmem_vmm_stats *stats)
     s.mapped_peak_bytes = om_counter_get(&l->mapped_peak);
     s.owned_granules = om_counter_get(&l->owned_granules);
     s.mapped_granules = om_counter_get(&l->mapped_granules);
-    s.reserved_bytes = om_counter_get(&l->reserved);
+    s.reserved_va_bytes = om_counter_get(&l->reserved);
     s.quarantined_bytes = om_counter_get(&l->quarantined);
     s.quarantined_mapped_bytes = om_counter_get(&l->quarantined_mapped);
     s.quarantined_granules = om_counter_get(&l->quarantined_granules);

@@ -93,12 +93,12 @@ void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t byt
     om_account_move(from, &b->quarantine_account, 0, bytes);
 }
 
-void om_phys_poison(ortmem_backend *b, om_phys *p)
+void om_phys_quarantine(ortmem_backend *b, om_phys *p)
 {
     pthread_mutex_lock(&b->lock);
-    bool fresh = !p->poisoned;
+    bool fresh = !p->quarantined;
     if (fresh) {
-        p->poisoned = true;
+        p->quarantined = true;
         if (b->quarantine_count == b->quarantine_capacity) {
             size_t ncap = b->quarantine_capacity ? b->quarantine_capacity * 2 : 16;
             om_phys **grown = om_realloc(b->quarantine, ncap * sizeof *grown);
@@ -107,7 +107,7 @@ void om_phys_poison(ortmem_backend *b, om_phys *p)
                 b->quarantine_capacity = ncap;
             }
         }
-        /* Without room the record is lost but the granule stays poisoned and counted. */
+        /* Without room the record is lost but the granule stays quarantined and counted. */
         if (b->quarantine_count < b->quarantine_capacity)
             b->quarantine[b->quarantine_count++] = p;
     }
@@ -126,7 +126,7 @@ ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
 {
     ortmem_status st = om_backend_release_granule(b, p->handle);
     if (st != ORTMEM_OK) {
-        om_phys_poison(b, p);
+        om_phys_quarantine(b, p);
         return om_error_wrap(ORTMEM_E_QUARANTINED,
                              "granule of %zu bytes quarantined after a failed release", p->size);
     }
@@ -156,7 +156,7 @@ ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p)
 ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p)
 {
     unsigned before = atomic_fetch_sub(&p->mappers, 1);
-    if (before != 1 || p->poisoned)
+    if (before != 1 || p->quarantined)
         return ORTMEM_OK;
     return om_phys_discard(b, p);
 }

@@ -90,10 +90,10 @@ ortmem_status ortmem_pool_trim(ortmem_backend *b, size_t keep_bytes, size_t *rel
     return st;
 }
 
-ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
+ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
 {
     om_error_clear();
-    ortmem_status st = om_backend_pin(b, "pool reserve");
+    ortmem_status st = om_backend_pin(b, "pool fill");
     if (st != ORTMEM_OK)
         return st;
     pthread_mutex_lock(&b->lock);
@@ -101,8 +101,8 @@ ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
     pthread_mutex_unlock(&b->lock);
     if (bytes > cap) {
         om_backend_unpin(b);
-        return OM_ERR(ORTMEM_E_RANGE, "pool reserve: %zu bytes requested above the cap of %zu",
-                      bytes, cap);
+        return OM_ERR(ORTMEM_E_RANGE, "pool fill: %zu bytes requested above the cap of %zu", bytes,
+                      cap);
     }
     /* All or nothing: on a failure the granules this call added are released. */
     pthread_mutex_lock(&b->lock);
@@ -115,15 +115,15 @@ ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
         if (!want)
             break;
         /* Pooled granules are charged to the pool's account like any other. */
-        st = om_account_reserve(&b->pool_account, b->granule, 0);
+        st = om_account_hold(&b->pool_account, b->granule, 0);
         om_phys *p = NULL;
         if (st == ORTMEM_OK) {
             st = om_phys_create(b, 0, &b->pool_account, &p);
             if (st != ORTMEM_OK)
-                om_account_unreserve(&b->pool_account, b->granule, 0);
+                om_account_unhold(&b->pool_account, b->granule, 0);
         }
         if (st != ORTMEM_OK) {
-            st = om_error_wrap(st, "pool reserve");
+            st = om_error_wrap(st, "pool fill");
             break;
         }
         pthread_mutex_lock(&b->lock);
@@ -134,7 +134,7 @@ ortmem_status ortmem_pool_reserve(ortmem_backend *b, size_t bytes)
         if (!kept) {
             (void)om_phys_release(b, p);
             if (!over_cap) /* the list could not grow; a lowered cap only ends the loop */
-                st = OM_ERR(ORTMEM_E_NOMEM, "pool reserve: list of %zu pooled granules", items);
+                st = OM_ERR(ORTMEM_E_NOMEM, "pool fill: list of %zu pooled granules", items);
             break;
         }
     }

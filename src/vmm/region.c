@@ -7,7 +7,7 @@
  * - every map is followed by set-access; a rollback restores recorded access;
  * - commit, decommit, share, cow and import are all-or-nothing;
  * - one unmap and one set-access per contiguous run of granules;
- * - a granule whose unmap or release failed is poisoned: it stays charged, is
+ * - a granule whose unmap or release failed is quarantined: it stays charged, is
  *   never reused and is reported; the VA is freed only when nothing stays. */
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
@@ -59,11 +59,11 @@ ortmem_status om_region_check_aligned(const ortmem_region *r, size_t off, size_t
     return ORTMEM_OK;
 }
 
-ortmem_status om_region_check_unpoisoned(const ortmem_region *r, size_t g0, size_t n,
-                                         const char *what)
+ortmem_status om_region_check_unquarantined(const ortmem_region *r, size_t g0, size_t n,
+                                            const char *what)
 {
     for (size_t i = g0; i < g0 + n; i++) {
-        if (r->slots[i].state == ORTMEM_GRANULE_POISONED)
+        if (r->slots[i].state == ORTMEM_GRANULE_QUARANTINED)
             return OM_ERR(ORTMEM_E_STATE,
                           "%s: granule %zu (offset %zu) is quarantined after a failed backend "
                           "call and cannot be used",
@@ -205,13 +205,13 @@ ortmem_status ortmem_region_create(ortmem_backend *backend, const ortmem_region_
 /* ---- destroy ---- */
 
 /* Unmaps and drops the run [i, i + len) of mapped granules; a failed unmap
- * poisons it. Needs no host memory, so a destroy cannot fail for lack of it. */
+ * quarantines it. Needs no host memory, so a destroy cannot fail for lack of it. */
 static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len)
 {
     size_t bytes = len * r->granule;
     if (om_backend_unmap(r->backend, om_region_va(r, i), bytes) != ORTMEM_OK) {
         for (size_t k = i; k < i + len; k++)
-            om_region_poison_slot(r, k, r->slots[k].phys, true);
+            om_region_quarantine_slot(r, k, r->slots[k].phys, true);
         return ORTMEM_E_QUARANTINED;
     }
     om_region_mapped_out(r, bytes);
@@ -239,20 +239,20 @@ static ortmem_status unmap_all(ortmem_region *r)
     return result;
 }
 
-/* Gives the VA back unless a granule stays poisoned in it (then it stays
+/* Gives the VA back unless a granule stays quarantined in it (then it stays
  * reserved on purpose and is counted as leaked). */
 static ortmem_status release_va(ortmem_region *r, ortmem_status result)
 {
     ortmem_backend *b = r->backend;
-    size_t poisoned = 0;
+    size_t quarantined = 0;
     for (size_t i = 0; i < r->count; i++)
-        poisoned += r->slots[i].state == ORTMEM_GRANULE_POISONED;
-    if (poisoned) {
+        quarantined += r->slots[i].state == ORTMEM_GRANULE_QUARANTINED;
+    if (quarantined) {
         om_ledger_count(&b->ledger.leaked_va, r->size, b);
         return OM_ERR(ORTMEM_E_QUARANTINED,
                       "region destroy: %zu of %zu granules quarantined; the %zu-byte VA range "
                       "at %p stays reserved on purpose",
-                      poisoned, r->count, r->size, (void *)r->base);
+                      quarantined, r->count, r->size, (void *)r->base);
     }
     if (om_backend_unreserve(b, r->base, r->size) != ORTMEM_OK) {
         om_ledger_count(&b->ledger.leaked_va, r->size, b);

@@ -13,7 +13,7 @@
 ortmem_status om_region_create(ortmem_backend *backend, const ortmem_region_options *options,
                                bool traced, bool report_requested, ortmem_region **out);
 
-/* ortmem_region_commit without relief: a refused reservation is noted in
+/* ortmem_region_commit without relief: a refused hold is noted in
  * relief for a caller that still holds locks of its own (the arena) and must
  * drop them before relieving. */
 ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges, size_t count,

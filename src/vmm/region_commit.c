@@ -64,14 +64,15 @@ static void note_requested(ortmem_region *r, size_t g0, size_t n, size_t offset,
 }
 
 /* Marks the unmapped granules of every range in want[] (relative to g0) and
- * counts them in *wanted; a poisoned granule in a range refuses the commit. */
+ * counts them in *wanted; a quarantined granule in a range refuses the commit. */
 static ortmem_status select_unmapped(const ortmem_region *r, const ortmem_range *ranges,
                                      size_t count, size_t g0, size_t n, bool *want, size_t *wanted)
 {
     for (size_t i = 0; i < count; i++) {
         size_t first, last;
         range_granules(r, &ranges[i], &first, &last);
-        ortmem_status st = om_region_check_unpoisoned(r, first, last - first + 1, "region commit");
+        ortmem_status st =
+            om_region_check_unquarantined(r, first, last - first + 1, "region commit");
         if (st != ORTMEM_OK)
             return st;
         for (size_t k = first; k <= last; k++)
@@ -96,7 +97,7 @@ static ortmem_status commit_granules(ortmem_region *r, size_t g0, size_t n, cons
             om_region_give_back(r, n, phys, pooled_end);
     }
     assert(st != ORTMEM_OK || hold.mapped == 0);
-    om_region_release_hold(r, &hold);
+    om_region_unhold_rest(r, &hold);
     return st;
 }
 

@@ -67,7 +67,7 @@ static ortmem_status scratch_copy(ortmem_region *r, const cow_job *job, const co
     return ORTMEM_OK;
 }
 
-/* Unmaps one run of scratch granules; a failed unmap poisons their copies. */
+/* Unmaps one run of scratch granules; a failed unmap quarantines their copies. */
 static bool scratch_unmap_run(ortmem_region *r, const cow_scratch *sc, size_t i, size_t len)
 {
     ortmem_backend *b = r->backend;
@@ -76,14 +76,14 @@ static bool scratch_unmap_run(ortmem_region *r, const cow_scratch *sc, size_t i,
         return true;
     }
     for (size_t q = i; q < i + len; q++) {
-        om_phys_poison(b, sc->order[q]);
+        om_phys_quarantine(b, sc->order[q]);
         om_quarantine_mapping(b, &om_no_account, r->granule);
     }
     return false;
 }
 
 /* Tears the scratch mappings down and returns the VA; what cannot be given
- * back stays poisoned or reserved (*leaked_va). */
+ * back stays quarantined or reserved (*leaked_va). */
 static ortmem_status scratch_release(ortmem_region *r, const cow_scratch *sc, ortmem_status st,
                                      bool *leaked_va)
 {
@@ -160,11 +160,11 @@ static void undo_swap(ortmem_region *r, cow_job *job, const om_slot *old)
     for (size_t k = 0; k < job->n; k++) {
         if (!old[k].phys)
             continue;
-        if (r->slots[job->g0 + k].state != ORTMEM_GRANULE_POISONED) {
+        if (r->slots[job->g0 + k].state != ORTMEM_GRANULE_QUARANTINED) {
             r->slots[job->g0 + k] = old[k];
             continue;
         }
-        /* The copy stuck there poisoned; the old mapping is gone. */
+        /* The copy stuck there quarantined; the old mapping is gone. */
         (void)om_region_drop_phys(r, old[k].phys);
         job->fresh[k] = NULL;
         job->cand[k] = false;
@@ -221,7 +221,7 @@ static ortmem_status cow_prepare(ortmem_region *r, size_t offset, size_t len, co
         return st;
     job->g0 = offset / r->granule;
     job->n = (offset + len - 1) / r->granule + 1 - job->g0;
-    st = om_region_check_unpoisoned(r, job->g0, job->n, "region cow");
+    st = om_region_check_unquarantined(r, job->g0, job->n, "region cow");
     if (st != ORTMEM_OK)
         return st;
     job->cand = om_calloc(job->n, sizeof *job->cand);
@@ -254,7 +254,7 @@ static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st
 {
     if (job->fresh)
         om_region_give_back(r, job->n, job->fresh, job->pooled_end);
-    om_region_release_hold(r, &job->hold);
+    om_region_unhold_rest(r, &job->hold);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
                            job->count);

@@ -60,7 +60,7 @@ static ortmem_status import_locked(ortmem_region *r, size_t gi, int fd, ortmem_a
             om_region_give_back(r, 1, &p, 0);
         assert(st != ORTMEM_OK || hold.mapped == 0);
     }
-    om_region_release_hold(r, &hold);
+    om_region_unhold_rest(r, &hold);
     assert(om_slots_consistent(r, gi, 1));
     return st;
 }

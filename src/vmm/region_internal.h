@@ -2,7 +2,7 @@
  * table, and the mapping machinery that commit, share, cow and import share.
  *
  * region.c          lifecycle, slot table, lookups, range checks
- * region_map.c      acquire, map + set-access, unmap, rollback, restore, poison
+ * region_map.c      acquire, map + set-access, unmap, rollback, restore, quarantine
  * region_commit.c   commit, decommit, protect
  * region_share.c    share and copy between two regions
  * region_cow.c      copy-on-write
@@ -29,7 +29,7 @@ typedef struct om_slot {
     /* Bytes of this granule that commits asked for: the hull [lo, hi). */
     uint32_t requested_lo, requested_hi;
     /* Mapping epoch: +1 whenever this granule's mapping changes (map, unmap,
-     * cow swap, poison); a rollback that restores the mapping keeps it.
+     * cow swap, quarantine); a rollback that restores the mapping keeps it.
      * Read by ortmem_region_range_state; wraps after 2^32 changes. */
     uint32_t epoch;
 } om_slot;
@@ -88,7 +88,7 @@ static inline bool om_access_known(ortmem_access access)
 }
 
 /* For assertions: a mapped slot holds a granule with at least one mapper, an
- * unmapped one holds nothing and no requested bytes, a poisoned one keeps its
+ * unmapped one holds nothing and no requested bytes, a quarantined one keeps its
  * granule; the requested hull lies inside the granule. */
 static inline bool om_slots_consistent(const ortmem_region *r, size_t g0, size_t n)
 {
@@ -100,7 +100,7 @@ static inline bool om_slots_consistent(const ortmem_region *r, size_t g0, size_t
         else if (s->state == ORTMEM_GRANULE_UNMAPPED)
             ok = ok && !s->phys && s->access == ORTMEM_ACCESS_NONE && s->requested_hi == 0;
         else
-            ok = ok && s->phys && s->phys->poisoned;
+            ok = ok && s->phys && s->phys->quarantined;
         if (!ok)
             return false;
     }
@@ -128,22 +128,22 @@ ortmem_status om_region_check_range(const ortmem_region *r, size_t off, size_t l
                                     const char *what);
 ortmem_status om_region_check_aligned(const ortmem_region *r, size_t off, size_t len,
                                       const char *what);
-/* No granule of [g0, g0 + n) is poisoned. */
-ortmem_status om_region_check_unpoisoned(const ortmem_region *r, size_t g0, size_t n,
-                                         const char *what);
+/* No granule of [g0, g0 + n) is quarantined. */
+ortmem_status om_region_check_unquarantined(const ortmem_region *r, size_t g0, size_t n,
+                                            const char *what);
 
 /* ---- region_map.c: the mapping machinery ---- */
 
 /* Reserves owned and mapped capacity on the region's account for one call; a
  * refusal is noted in r->relief. On failure *hold is empty. */
 ortmem_status om_region_hold(ortmem_region *r, uint64_t owned, uint64_t mapped, om_hold *hold);
-void om_region_release_hold(ortmem_region *r, om_hold *hold);
+void om_region_unhold_rest(ortmem_region *r, om_hold *hold);
 /* Mapped bytes leave the ledger and the region's account. */
 void om_region_mapped_out(ortmem_region *r, size_t bytes);
-/* Requested bytes of granule i dropped (decommit, destroy, poison). */
+/* Requested bytes of granule i dropped (decommit, destroy, quarantine). */
 void om_region_forget_requested(ortmem_region *r, size_t i);
-/* Marks slot i poisoned, holding p (whose mapper reference it keeps). */
-void om_region_poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped);
+/* Marks slot i quarantined, holding p (whose mapper reference it keeps). */
+void om_region_quarantine_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped);
 /* Drops the slot's mapper reference on p (a granule it mapped until now). */
 ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
 /* Gets a granule for every want[k]: pooled ones first (those before
@@ -153,17 +153,17 @@ ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
 ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
                                 uint64_t mapped_bytes, om_hold *hold, size_t *pooled_end);
 /* Gives back granules om_region_acquire got that nothing maps (the non-NULL,
- * unpoisoned phys[k]) and clears phys[]: those before pooled_end go back to
+ * unquarantined phys[k]) and clears phys[]: those before pooled_end go back to
  * the pool, the ones it created are released, so the pool ends as it was. */
 void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end);
 /* Maps phys[k] (where non-NULL) at granule g0+k into unmapped slots and sets
  * access per run; needs no host memory. On failure everything this call
  * mapped is rolled back; the granules stay the caller's (a run whose unmap
- * failed is poisoned and its phys[] entries cleared). */
+ * failed is quarantined and its phys[] entries cleared). */
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
                             ortmem_access access, om_hold *hold);
 /* Maps the recorded granules of sel[] back after a failed unmap elsewhere; a
- * granule that cannot be restored is poisoned. */
+ * granule that cannot be restored is quarantined. */
 void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);
 /* Unmaps every run of sel[] (one call per run). On a failure the runs already
  * unmapped are mapped back and the error returned: nothing changed. */

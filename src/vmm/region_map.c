@@ -1,6 +1,6 @@
 /* The mapping machinery every region operation shares: capacity held on the
  * account for one call, granules acquired, mapped with one set-access per run,
- * unmapped one call per run, rolled back or restored on failure, and poisoned
+ * unmapped one call per run, rolled back or restored on failure, and quarantined
  * where a backend call left them stuck (src/vmm/region_internal.h). */
 #include "core/alloc.h"
 #include "vmm/region_internal.h"
@@ -11,16 +11,16 @@
 
 ortmem_status om_region_hold(ortmem_region *r, uint64_t owned, uint64_t mapped, om_hold *hold)
 {
-    ortmem_status st = om_account_reserve(&r->account, owned, mapped);
+    ortmem_status st = om_account_hold(&r->account, owned, mapped);
     if (st == ORTMEM_E_BUDGET)
         om_relief_note(r->relief, &r->account, owned, mapped);
     *hold = st == ORTMEM_OK ? (om_hold){owned, mapped} : (om_hold){0, 0};
     return st;
 }
 
-void om_region_release_hold(ortmem_region *r, om_hold *hold)
+void om_region_unhold_rest(ortmem_region *r, om_hold *hold)
 {
-    om_account_unreserve(&r->account, hold->owned, hold->mapped);
+    om_account_unhold(&r->account, hold->owned, hold->mapped);
     hold->owned = hold->mapped = 0;
 }
 
@@ -57,15 +57,15 @@ void om_region_forget_requested(ortmem_region *r, size_t i)
 
 /* ---- granule references ---- */
 
-void om_region_poison_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped)
+void om_region_quarantine_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped)
 {
     om_slot *s = &r->slots[i];
     om_region_forget_requested(r, i);
-    s->state = ORTMEM_GRANULE_POISONED;
+    s->state = ORTMEM_GRANULE_QUARANTINED;
     s->epoch++;
     s->phys = p;
     s->access = ORTMEM_ACCESS_NONE;
-    om_phys_poison(r->backend, p);
+    om_phys_quarantine(r->backend, p);
     if (still_mapped)
         om_quarantine_mapping(r->backend, &r->account, r->granule);
 }
@@ -83,7 +83,7 @@ void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pool
     for (size_t k = n; k-- > 0;) {
         om_phys *p = phys[k];
         phys[k] = NULL;
-        if (!p || p->poisoned) /* a poisoned granule belongs to the quarantine */
+        if (!p || p->quarantined) /* a quarantined granule belongs to the quarantine */
             continue;
         /* A granule is released or pooled only once its last mapper is gone. */
         assert(atomic_load(&p->mappers) == 0);
@@ -140,19 +140,19 @@ ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om
         return ORTMEM_OK;
     }
     om_region_give_back(r, n, phys, *pooled_end);
-    om_region_release_hold(r, hold);
+    om_region_unhold_rest(r, hold);
     return st;
 }
 
 /* ---- map ---- */
 
-/* Poisons the run [i, i + len) of phys[] whose unmap failed; each slot keeps
+/* Quarantines the run [i, i + len) of phys[] whose unmap failed; each slot keeps
  * its granule with a mapper reference, and phys[k] is cleared. */
-static void poison_run(ortmem_region *r, size_t g0, size_t i, size_t len, om_phys **phys)
+static void quarantine_run(ortmem_region *r, size_t g0, size_t i, size_t len, om_phys **phys)
 {
     for (size_t k = i; k < i + len; k++) {
         atomic_fetch_add(&phys[k]->mappers, 1);
-        om_region_poison_slot(r, g0 + k, phys[k], true);
+        om_region_quarantine_slot(r, g0 + k, phys[k], true);
         phys[k] = NULL;
     }
 }
@@ -171,7 +171,7 @@ static size_t next_phys_run(om_phys *const *phys, size_t *i, size_t upto)
 }
 
 /* Undoes mappings made by the failing call: unmaps each run of phys[] below
- * upto (the ones it mapped). A failed unmap poisons the run instead (and
+ * upto (the ones it mapped). A failed unmap quarantines the run instead (and
  * clears its phys[] entries). */
 static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t upto, om_phys **phys)
 {
@@ -181,7 +181,7 @@ static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t upto, om_p
         if (om_backend_unmap(r->backend, om_region_va(r, g0 + i), bytes) == ORTMEM_OK)
             om_region_mapped_out(r, bytes);
         else
-            poison_run(r, g0, i, len, phys);
+            quarantine_run(r, g0, i, len, phys);
     }
 }
 
@@ -254,12 +254,12 @@ void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *s
         om_slot *s = &r->slots[g0 + k];
         uintptr_t va = om_region_va(r, g0 + k);
         if (om_backend_map(b, va, r->granule, s->phys->handle, 0) != ORTMEM_OK) {
-            om_region_poison_slot(r, g0 + k, s->phys, false);
+            om_region_quarantine_slot(r, g0 + k, s->phys, false);
             continue;
         }
         mapped_in(r, r->granule, NULL);
         if (om_backend_set_access(b, va, r->granule, (ortmem_access)s->access) != ORTMEM_OK)
-            om_region_poison_slot(r, g0 + k, s->phys, true);
+            om_region_quarantine_slot(r, g0 + k, s->phys, true);
     }
 }
 

@@ -113,7 +113,7 @@ static ortmem_status share_locked(ortmem_region *dst, size_t dst_offset, ortmem_
     if (st == ORTMEM_OK) {
         st = om_region_map(dst, g0, n, phys, access, &hold);
         assert(st != ORTMEM_OK || hold.mapped == 0);
-        om_region_release_hold(dst, &hold);
+        om_region_unhold_rest(dst, &hold);
     }
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region share of %zu granules", n);

@@ -107,7 +107,7 @@ Test(forwarding_ops, describe_the_inner_backend_and_never_destroy_it)
     cr_assert_null(calls.destroy);
     /* The CPU backend has export, import, copy and events: so does its vtable. */
     cr_assert(calls.export_fd && calls.import_fd && calls.copy);
-    cr_assert(calls.event_record && calls.event_query && calls.event_release);
+    cr_assert(calls.event_record && calls.event_query && calls.event_destroy);
     size_t minimum = 0, recommended = 0, granule = 0;
     OK(calls.granularity(cpu, &minimum, &recommended));
     OK(ortmem_backend_granule(cpu, &granule));
@@ -149,8 +149,8 @@ Test(forwarding_ops, count_each_call_and_failure_in_the_inner_ledger)
     uint64_t event = 0;
     OK(calls.event_record(cpu, 0, &event));
     OK(ortmem_backend_event_query(cpu, event));
-    OK(calls.event_release(cpu, event));
-    EXPECT_STATUS(ortmem_backend_event_release(cpu, event), ORTMEM_E_NOT_FOUND);
+    OK(calls.event_destroy(cpu, event));
+    EXPECT_STATUS(ortmem_backend_event_destroy(cpu, event), ORTMEM_E_NOT_FOUND);
     OK(ortmem_backend_destroy(cpu));
 }
 

@@ -274,9 +274,9 @@ static void put_notes(FILE *out, const kd_result *results, size_t count)
         char name[64], line[1200];
         snprintf(line, sizeof line,
                  "%" PRIu64 " prefix hits (%" PRIu64 " tokens reused), %" PRIu64 " misses, %" PRIu64
-                 " released under pressure; %s",
+                 " evicted under pressure; %s",
                  r->stats.prefix_hits, r->stats.prefix_tokens_reused, r->prefix_misses,
-                 r->stats.prefix_released, r->prefix_note[0] ? r->prefix_note : "prefix cache on");
+                 r->stats.prefix_evicted, r->prefix_note[0] ? r->prefix_note : "prefix cache on");
         fprintf(out, "  %s:\n", config_name(r, name, sizeof name));
         kd_put_wrapped(out, line, 4, 96);
     }
@@ -357,7 +357,7 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
             ", \"generations_bumped\": %" PRIu64 ", \"binding_generation_changes\": %" PRIu64
             ", \"prefix_cache\": %s, \"prefix_hits\": %" PRIu64 ", \"prefix_misses\": %" PRIu64
             ", \"prefix_tokens_reused\": %" PRIu64 ", \"prefix_bytes_saved\": %" PRIu64
-            ", \"prefix_released\": %" PRIu64 ", \"shared_granules_at_peak\": %" PRIu64
+            ", \"prefix_evicted\": %" PRIu64 ", \"shared_granules_at_peak\": %" PRIu64
             ", \"budget_refusals\": %" PRIu64 ", \"admission_waits\": %" PRIu64
             ", \"preemptions\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"tokens_written\": %" PRIu64
             ", \"tokens_verified\": %" PRIu64 ", \"corruptions\": %" PRIu64
@@ -367,7 +367,7 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
             r->ledger_peak_owned, r->mean_efficiency, st->growth_copied_bytes, st->cow_copied_bytes,
             st->generations_bumped, r->generation_changes, r->prefix_cache ? "true" : "false",
             st->prefix_hits, r->prefix_misses, st->prefix_tokens_reused, st->prefix_bytes_saved,
-            st->prefix_released, r->shared_granules_at_peak, r->budget_refusals, r->admission_waits,
+            st->prefix_evicted, r->shared_granules_at_peak, r->budget_refusals, r->admission_waits,
             r->preemptions, r->dropped, r->tokens_written, r->tokens_verified, r->corruptions,
             r->seconds, r->explain[0] ? ortmem_kv_strategy_name(r->auto_strategy) : "");
         json_string(out, r->explain);

@@ -137,7 +137,7 @@ typedef struct replay_holder_result {
     uint64_t pressure_calls;
     uint64_t pressure_regions; /* regions decommitted from (once per call that did) */
     uint64_t pressure_decommitted_bytes;
-    uint64_t pressure_released_bytes;
+    uint64_t pressure_reclaimed_bytes;
 } replay_holder_result;
 
 typedef struct replay_result {
@@ -168,7 +168,7 @@ typedef struct replay_result {
      * backend's peak owned both stayed at or below it. */
     bool budget_set;
     uint64_t budget_bytes;
-    bool budget_held;
+    bool within_budget;
     /* Correctness checks; each must stay 0. */
     uint64_t overlaps;    /* live allocations (or regions) whose bytes overlapped */
     uint64_t corruptions; /* pattern checks that failed */

@@ -109,9 +109,9 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
             r->ledger_balanced ? "yes" : "NO", r->ledger_balanced ? "equal" : "differ from");
     if (r->budget_set)
         fprintf(out,
-                "  budget held: %s (peak owned %s the budget of %s); %" PRIu64
+                "  within budget: %s (peak owned %s the budget of %s); %" PRIu64
                 " op%s refused for budget\n",
-                r->budget_held ? "yes" : "NO", r->budget_held ? "within" : "ABOVE",
+                r->within_budget ? "yes" : "NO", r->within_budget ? "within" : "ABOVE",
                 human_bytes(r->budget_bytes, a, sizeof a), r->budget_refusals,
                 plural(r->budget_refusals));
     for (size_t i = 0; i < trace->holder_count; i++) {
@@ -121,10 +121,10 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
             continue;
         fprintf(out,
                 "  pressure on '%s': %" PRIu64 " call%s, %.2f MiB decommitted in %" PRIu64
-                " region%s, %.2f MiB released\n",
+                " region%s, %.2f MiB reclaimed\n",
                 h->name, hr->pressure_calls, plural(hr->pressure_calls),
                 mib(hr->pressure_decommitted_bytes), hr->pressure_regions,
-                plural(hr->pressure_regions), mib(hr->pressure_released_bytes));
+                plural(hr->pressure_regions), mib(hr->pressure_reclaimed_bytes));
     }
 
     /* The authority's own table (ortmem_authority_format), at the peak (the
@@ -145,7 +145,7 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
             fprintf(out, " (%" PRIu64 " failed)", fin->failures[op]);
         fputs(op + 1 < ORTMEM_OP_COUNT ? (op == 4 ? ",\n                  " : ", ") : "\n", out);
     }
-    fprintf(out, "  pool            %" PRIu64 " hits, %" PRIu64 " misses; held %s at trace end\n",
+    fprintf(out, "  pool            %" PRIu64 " hits, %" PRIu64 " misses; pooled %s at trace end\n",
             fin->pool_hits, fin->pool_misses, human_bytes(end->pool_bytes, a, sizeof a));
     fprintf(out,
             "  checks          %" PRIu64 " overlaps, %" PRIu64 " corruptions, %" PRIu64
@@ -223,7 +223,7 @@ void replay_report_text(FILE *out, const char *trace_path, const replay_trace *t
                 " misplaced, ledger %s%s)\n",
                 r->overlaps, r->corruptions, r->misplaced,
                 r->ledger_balanced ? "balanced" : "NOT balanced",
-                r->budget_set && !r->budget_held ? ", budget EXCEEDED" : "");
+                r->budget_set && !r->within_budget ? ", budget EXCEEDED" : "");
     }
 }
 
@@ -263,9 +263,9 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
     }
     if (r->budget_set) {
         json_u64(out, "budget_bytes", r->budget_bytes, true);
-        fprintf(out, "  \"budget_held\": %s,\n", r->budget_held ? "true" : "false");
+        fprintf(out, "  \"within_budget\": %s,\n", r->within_budget ? "true" : "false");
     } else {
-        fputs("  \"budget_bytes\": null,\n  \"budget_held\": null,\n", out);
+        fputs("  \"budget_bytes\": null,\n  \"within_budget\": null,\n", out);
     }
     json_u64(out, "budget_refusals", r->budget_refusals, true);
     json_u64(out, "pressure_failures", r->pressure_failures, true);
@@ -330,11 +330,11 @@ void replay_report_json(FILE *out, const char *trace_path, const replay_trace *t
                 "\"line\": %" PRIu32 ", \"regions\": %" PRIu64 ", \"allocations\": %" PRIu64
                 ", \"arena_capacity_bytes\": %zu, \"pressure_calls\": %" PRIu64
                 ", \"pressure_regions\": %" PRIu64 ", \"pressure_decommitted_bytes\": %" PRIu64
-                ", \"pressure_released_bytes\": %" PRIu64 "}",
+                ", \"pressure_reclaimed_bytes\": %" PRIu64 "}",
                 ortmem_role_name(h->role), h->priority, h->reclaimable ? "true" : "false",
                 h->declared ? "true" : "false", h->line, h->regions, h->allocations,
                 hr->arena_capacity, hr->pressure_calls, hr->pressure_regions,
-                hr->pressure_decommitted_bytes, hr->pressure_released_bytes);
+                hr->pressure_decommitted_bytes, hr->pressure_reclaimed_bytes);
     }
     fputs(trace->holder_count ? "\n  ],\n" : "],\n", out);
     /* The authority's ledger at trace end and at peak owned, as

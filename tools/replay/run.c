@@ -328,7 +328,7 @@ static void resync(runner *rn, uint32_t object, size_t g0, size_t g1)
         }
         if (info.state == ORTMEM_GRANULE_UNMAPPED) {
             m->state = GRANULE_UNMAPPED;
-        } else if (info.state == ORTMEM_GRANULE_POISONED) {
+        } else if (info.state == ORTMEM_GRANULE_QUARANTINED) {
             m->state = GRANULE_POISONED;
         } else {
             if (m->state != GRANULE_MAPPED)
@@ -709,9 +709,9 @@ static uint64_t on_pressure(void *user, uint64_t want_bytes)
     runner *rn = h->rn;
     replay_holder_result *hr = &rn->result->holders[h->index];
     hr->pressure_calls++;
-    uint64_t before = owned_now(rn), released = 0;
+    uint64_t before = owned_now(rn), reclaimed = 0;
     for (uint32_t object = (uint32_t)rn->trace->object_count;
-         object-- > 0 && released < want_bytes;) {
+         object-- > 0 && reclaimed < want_bytes;) {
         const replay_object *o = &rn->trace->objects[object];
         object_run *r = &rn->objects[object];
         if (!o->is_region || o->holder != h->index || r->state != OBJECT_LIVE)
@@ -732,10 +732,10 @@ static uint64_t on_pressure(void *user, uint64_t want_bytes)
         if (touched)
             hr->pressure_regions++;
         uint64_t now = owned_now(rn);
-        released = before > now ? before - now : 0;
+        reclaimed = before > now ? before - now : 0;
     }
-    hr->pressure_released_bytes += released;
-    return released;
+    hr->pressure_reclaimed_bytes += reclaimed;
+    return reclaimed;
 }
 
 /* ---- the run ---- */
@@ -1057,8 +1057,8 @@ static void teardown(runner *rn)
         st = ortmem_authority_report_get(rn->authority, &rep, NULL, 0);
         if (st != ORTMEM_OK)
             record_teardown_failure(rn, "teardown: authority report", st);
-        res->budget_held = st == ORTMEM_OK && rep.owned_peak_bytes <= res->budget_bytes &&
-                           fin->owned_peak_bytes <= res->budget_bytes;
+        res->within_budget = st == ORTMEM_OK && rep.owned_peak_bytes <= res->budget_bytes &&
+                             fin->owned_peak_bytes <= res->budget_bytes;
     }
     /* Holders, then the authority, then the backend it answers for. */
     close_authority(rn, true);
@@ -1187,5 +1187,5 @@ void replay_result_free(replay_result *result)
 bool replay_result_clean(const replay_result *result)
 {
     return result->overlaps == 0 && result->corruptions == 0 && result->misplaced == 0 &&
-           result->ledger_balanced && (!result->budget_set || result->budget_held);
+           result->ledger_balanced && (!result->budget_set || result->within_budget);
 }

@@ -404,7 +404,7 @@ static ortmem_status cpu_event_query(void *self, uint64_t event)
     return ORTMEM_OK;
 }
 
-static ortmem_status cpu_event_release(void *self, uint64_t event)
+static ortmem_status cpu_event_destroy(void *self, uint64_t event)
 {
     (void)self;
     (void)event;
@@ -455,7 +455,7 @@ static const ortmem_backend_ops cpu_ops = {
     .memset_async = cpu_memset_async,
     .event_record = cpu_event_record,
     .event_query = cpu_event_query,
-    .event_release = cpu_event_release,
+    .event_destroy = cpu_event_destroy,
 };
 
 static ortmem_status cpu_bind_numa(cpu_backend *c)

@@ -511,10 +511,10 @@ static ortmem_status cuda_event_query(void *self, uint64_t event)
     return CUDA_FAIL(c, r, "cuEventQuery of event 0x%llx", (unsigned long long)event);
 }
 
-static ortmem_status cuda_event_release(void *self, uint64_t event)
+static ortmem_status cuda_event_destroy(void *self, uint64_t event)
 {
     cuda_backend *c = self;
-    CUDA_ENTER(c, "cuda event_release");
+    CUDA_ENTER(c, "cuda event_destroy");
     CUresult r = DRV(c, cuEventDestroy)((CUevent)(uintptr_t)event);
     CUDA_LEAVE(c);
     if (r != CUDA_SUCCESS)
@@ -549,7 +549,7 @@ static const ortmem_backend_ops cuda_ops = {
     .memset_async = cuda_memset_async,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
-    .event_release = cuda_event_release,
+    .event_destroy = cuda_event_destroy,
 };
 
 /* ---- loading ---- */

@@ -173,11 +173,11 @@ static ortmem_status fault_event_query(void *self, uint64_t event)
     return f->inner_calls.event_query(f->inner, event);
 }
 
-static ortmem_status fault_event_release(void *self, uint64_t event)
+static ortmem_status fault_event_destroy(void *self, uint64_t event)
 {
     fault_backend *f = self;
-    FAULT_CHECK(f, ORTMEM_OP_EVENT_RELEASE);
-    return f->inner_calls.event_release(f->inner, event);
+    FAULT_CHECK(f, ORTMEM_OP_EVENT_DESTROY);
+    return f->inner_calls.event_destroy(f->inner, event);
 }
 
 static void fault_destroy(void *self)
@@ -251,7 +251,7 @@ ortmem_status ortmem_fault_backend_create(ortmem_backend *inner,
         .memset_async = inner_calls.memset_async ? fault_memset_async : NULL,
         .event_record = inner_calls.event_record ? fault_event_record : NULL,
         .event_query = inner_calls.event_query ? fault_event_query : NULL,
-        .event_release = inner_calls.event_release ? fault_event_release : NULL,
+        .event_destroy = inner_calls.event_destroy ? fault_event_destroy : NULL,
     };
     st = ortmem_backend_create_wrapper(inner, &ops, f, out);
     if (st != ORTMEM_OK)

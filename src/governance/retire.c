@@ -12,11 +12,11 @@
 #include "governance/fence.h"
 #include "governance/holder.h"
 
-typedef enum om_deferred_kind { OM_DEFER_DECOMMIT, OM_DEFER_ARENA_FREE } om_deferred_kind;
+typedef enum om_retirement_kind { OM_RETIRE_DECOMMIT, OM_RETIRE_ARENA_FREE } om_retirement_kind;
 
-struct om_deferred {
-    om_deferred *next;
-    om_deferred_kind kind;
+struct om_retirement {
+    om_retirement *next;
+    om_retirement_kind kind;
     ortmem_region *region;
     ortmem_arena *arena;
     size_t offset, len;
@@ -33,7 +33,7 @@ static ortmem_status om_holder_of_region(ortmem_region *region, const char *what
     ortmem_account account;
     ortmem_status st = ortmem_region_account(region, &account);
     if (st != ORTMEM_OK)
-        return om_error_wrap(st, "%s: deferred release needs a region charged to a holder", what);
+        return om_error_wrap(st, "%s: retirement needs a region charged to a holder", what);
     ortmem_holder *h = om_holder_of_account(&account);
     if (!h)
         return OM_ERR(ORTMEM_E_STATE, "%s: the region's account is not a holder's", what);
@@ -43,8 +43,8 @@ static ortmem_status om_holder_of_region(ortmem_region *region, const char *what
     return st;
 }
 
-static ortmem_status om_defer(om_deferred *d, ortmem_region *region, ortmem_fence *fence,
-                              const char *what)
+static ortmem_status om_retire(om_retirement *d, ortmem_region *region, ortmem_fence *fence,
+                               const char *what)
 {
     ortmem_holder *h = NULL;
     ortmem_status st = om_handle_pin(fence, OM_KIND_FENCE, what);
@@ -55,7 +55,7 @@ static ortmem_status om_defer(om_deferred *d, ortmem_region *region, ortmem_fenc
         om_handle_unpin((om_handle *)fence);
         return st;
     }
-    om_deferred *entry = om_malloc(sizeof *entry);
+    om_retirement *entry = om_malloc(sizeof *entry);
     if (!entry) {
         om_holder_unpin(h);
         om_handle_unpin((om_handle *)fence);
@@ -66,12 +66,12 @@ static ortmem_status om_defer(om_deferred *d, ortmem_region *region, ortmem_fenc
     entry->holder = h;
     entry->running = false;
     ortmem_authority *a = h->authority;
-    om_fence_hold(fence);
+    om_fence_pin(fence);
     pthread_mutex_lock(&a->lock);
-    entry->next = a->deferred;
-    a->deferred = entry;
-    a->deferred_count++;
-    h->releases_pending++;
+    entry->next = a->retirements;
+    a->retirements = entry;
+    a->retirement_count++;
+    h->retirements_pending++;
     pthread_mutex_unlock(&a->lock);
     om_holder_unpin(h);
     om_handle_unpin((om_handle *)fence);
@@ -89,8 +89,8 @@ ortmem_status ortmem_region_decommit_after(ortmem_region *region, size_t offset,
     if (len == 0 || offset > size || len > size - offset)
         return OM_ERR(ORTMEM_E_RANGE, "region decommit after: [%zu, +%zu) outside %zu bytes",
                       offset, len, size);
-    om_deferred d = {.kind = OM_DEFER_DECOMMIT, .region = region, .offset = offset, .len = len};
-    return om_defer(&d, region, fence, "region decommit after");
+    om_retirement d = {.kind = OM_RETIRE_DECOMMIT, .region = region, .offset = offset, .len = len};
+    return om_retire(&d, region, fence, "region decommit after");
 }
 
 ortmem_status ortmem_arena_free_after(ortmem_arena *arena, void *ptr, ortmem_fence *fence)
@@ -101,18 +101,18 @@ ortmem_status ortmem_arena_free_after(ortmem_arena *arena, void *ptr, ortmem_fen
     ortmem_region *region = ortmem_arena_region(arena);
     if (!region)
         return OM_ERR(ORTMEM_E_HANDLE, "arena free after: %p is not a live arena", (void *)arena);
-    om_deferred d = {.kind = OM_DEFER_ARENA_FREE, .arena = arena, .ptr = ptr};
-    return om_defer(&d, region, fence, "arena free after");
+    om_retirement d = {.kind = OM_RETIRE_ARENA_FREE, .arena = arena, .ptr = ptr};
+    return om_retire(&d, region, fence, "arena free after");
 }
 
-static ortmem_status om_carry_out(om_deferred *d)
+static ortmem_status om_carry_out(om_retirement *d)
 {
-    if (d->kind == OM_DEFER_DECOMMIT)
+    if (d->kind == OM_RETIRE_DECOMMIT)
         return ortmem_region_decommit(d->region, d->offset, d->len);
     return ortmem_arena_free(d->arena, d->ptr);
 }
 
-ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *report)
+ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_retire_report *report)
 {
     om_error_clear();
     ortmem_status st = report ? OM_STRUCT_CHECK("authority poll", "report", report) : ORTMEM_OK;
@@ -124,18 +124,18 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     /* Claim the idle entries, then work without the lock. */
     pthread_mutex_lock(&a->lock);
     size_t n = 0;
-    for (om_deferred *d = a->deferred; d; d = d->next)
+    for (om_retirement *d = a->retirements; d; d = d->next)
         n += !d->running;
-    om_deferred **mine = n ? om_malloc(n * sizeof *mine) : NULL;
+    om_retirement **mine = n ? om_malloc(n * sizeof *mine) : NULL;
     size_t taken = 0;
-    for (om_deferred *d = a->deferred; mine && d; d = d->next) {
+    for (om_retirement *d = a->retirements; mine && d; d = d->next) {
         if (!d->running) {
             d->running = true;
             mine[taken++] = d;
         }
     }
     pthread_mutex_unlock(&a->lock);
-    ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
+    ortmem_retire_report r = {sizeof r, 0, 0, 0, 0, 0};
     ortmem_status first_failure = ORTMEM_OK;
     om_error_saved first_error = {""};
     bool *done = taken ? om_calloc(taken, sizeof *done) : NULL;
@@ -143,10 +143,10 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     if (n && (!mine || !done)) {
         first_failure = ORTMEM_E_NOMEM;
         snprintf(first_error.detail, sizeof first_error.detail,
-                 "no memory for the list of %zu releases", n);
+                 "no memory for the list of %zu retirements", n);
     }
     for (size_t i = 0; done && i < taken; i++) {
-        om_deferred *d = mine[i];
+        om_retirement *d = mine[i];
         if (!om_fence_complete(d->fence))
             continue;
         ortmem_status out = om_carry_out(d);
@@ -157,7 +157,7 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
         done[i] = out != ORTMEM_E_NOMEM && out != ORTMEM_E_BACKEND;
         if (out == ORTMEM_OK) {
             r.completed++;
-            r.released_bytes += d->kind == OM_DEFER_DECOMMIT ? d->len : 0;
+            r.decommitted_bytes += d->kind == OM_RETIRE_DECOMMIT ? d->len : 0;
         } else if (out == ORTMEM_E_QUARANTINED) {
             r.quarantined++;
         } else {
@@ -170,20 +170,20 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
     }
     pthread_mutex_lock(&a->lock);
     for (size_t i = 0; i < taken; i++) {
-        om_deferred *d = mine[i];
+        om_retirement *d = mine[i];
         d->running = false;
         if (!done || !done[i])
             continue;
-        om_deferred **link = &a->deferred;
+        om_retirement **link = &a->retirements;
         while (*link != d)
             link = &(*link)->next;
         *link = d->next;
-        a->deferred_count--;
-        d->holder->releases_pending--;
-        om_fence_unhold(d->fence);
+        a->retirement_count--;
+        d->holder->retirements_pending--;
+        om_fence_unpin(d->fence);
         om_free(d);
     }
-    r.pending = a->deferred_count;
+    r.pending = a->retirement_count;
     pthread_mutex_unlock(&a->lock);
     om_free(done);
     om_free(mine);
@@ -196,23 +196,23 @@ ortmem_status ortmem_authority_poll(ortmem_authority *a, ortmem_release_report *
         return OM_ERR(first_failure, "authority poll: %s; nothing changed", first_error.detail);
     if (first_failure != ORTMEM_OK)
         return OM_ERR(first_failure,
-                      "authority poll: %llu releases failed and changed nothing (those that "
+                      "authority poll: %llu retirements failed and changed nothing (those that "
                       "failed for memory or in the backend stay pending); first: %s",
                       (unsigned long long)r.failed, first_error.detail);
     return ORTMEM_OK;
 }
 
 ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
-                                     ortmem_release_report *report)
+                                     ortmem_retire_report *report)
 {
     om_error_clear();
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    ortmem_release_report total = {sizeof total, 0, 0, 0, 0, 0};
+    ortmem_retire_report total = {sizeof total, 0, 0, 0, 0, 0};
     ortmem_status st, failure = ORTMEM_OK;
     om_error_saved first_error = {""};
     for (;;) {
-        ortmem_release_report r = {sizeof r, 0, 0, 0, 0, 0};
+        ortmem_retire_report r = {sizeof r, 0, 0, 0, 0, 0};
         st = ortmem_authority_poll(a, &r);
         if (st != ORTMEM_OK && failure == ORTMEM_OK) {
             failure = st;
@@ -221,7 +221,7 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
         total.completed += r.completed;
         total.quarantined += r.quarantined;
         total.failed += r.failed;
-        total.released_bytes += r.released_bytes;
+        total.decommitted_bytes += r.decommitted_bytes;
         total.pending = r.pending;
         /* A failed release is reported and the others are waited for; only a
          * poll that could not run at all (bad handle or report) ends early. */
@@ -232,7 +232,7 @@ ortmem_status ortmem_authority_drain(ortmem_authority *a, int64_t timeout_ms,
             (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
         if (timeout_ms >= 0 && waited >= timeout_ms) {
             st = OM_ERR(ORTMEM_E_TIMEOUT,
-                        "authority drain: %llu releases still pending after %lld ms",
+                        "authority drain: %llu retirements still pending after %lld ms",
                         (unsigned long long)r.pending, (long long)waited);
             break;
         }
