@@ -31,7 +31,7 @@
 #define NF 3     /* fences */
 #define OPS 5000 /* per seed */
 
-enum slot { S_UNMAPPED = ORTMEM_GRANULE_UNMAPPED, S_MAPPED, S_POISONED };
+enum slot { S_UNMAPPED = ORTMEM_GRANULE_UNMAPPED, S_MAPPED, S_QUARANTINED };
 
 typedef enum policy {
     P_NONE,     /* not reclaimable */
@@ -360,7 +360,7 @@ static void op_commit(int k, int r, size_t g0, size_t n)
     uint8_t before[RG];
     memcpy(before, mr->slot, sizeof before);
     for (size_t i = g0; i < g0 + n; i++) {
-        quarantined |= mr->slot[i] == S_POISONED;
+        quarantined |= mr->slot[i] == S_QUARANTINED;
         wanted += mr->slot[i] == S_UNMAPPED;
     }
     uint64_t inj = injected();
@@ -387,7 +387,7 @@ static void op_commit(int k, int r, size_t g0, size_t n)
         if (st == ORTMEM_OK)
             MCHECK(now == S_MAPPED, "granule %zu not mapped after a commit", i);
         else if (st == ORTMEM_E_BACKEND && before[i] == S_UNMAPPED)
-            MCHECK(now == S_UNMAPPED || now == S_POISONED, "granule %zu: %d", i, now);
+            MCHECK(now == S_UNMAPPED || now == S_QUARANTINED, "granule %zu: %d", i, now);
         else
             MCHECK(now == before[i], "granule %zu changed (%d -> %d) in a refused commit", i,
                    before[i], now);
@@ -425,8 +425,8 @@ static size_t op_decommit(int k, int r, size_t g0, size_t n, ortmem_status *out)
         if (before[i] != S_MAPPED)
             MCHECK(now == before[i], "granule %zu outside the selection changed", i);
         else if (st == ORTMEM_E_BACKEND)
-            MCHECK(now == S_MAPPED || now == S_POISONED, "granule %zu: %d after a failed decommit",
-                   i, now);
+            MCHECK(now == S_MAPPED || now == S_QUARANTINED,
+                   "granule %zu: %d after a failed decommit", i, now);
         else
             MCHECK(now == S_UNMAPPED, "granule %zu: %d after a decommit", i, now);
         mr->slot[i] = now;
@@ -464,7 +464,7 @@ static void op_destroy(int k, int r)
     mregion *mr = &M->h[k].reg[r];
     bool quarantined = false;
     for (size_t i = 0; i < RG; i++)
-        quarantined |= mr->slot[i] == S_POISONED;
+        quarantined |= mr->slot[i] == S_QUARANTINED;
     uint64_t inj = injected(), q = M->q_owned;
     ortmem_status st = ortmem_region_destroy(mr->r);
     /* Quarantined granules stay, so their VA does: that is reported every time. */
