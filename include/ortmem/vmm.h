@@ -306,6 +306,49 @@ ORTMEM_API ortmem_status ortmem_fault_backend_arm(ortmem_backend *fault,
 ORTMEM_API ortmem_status ortmem_fault_backend_counts(ortmem_backend *fault, uint64_t *calls,
                                                      uint64_t *injected);
 
+/* ---- Extents ----------------------------------------------------------------
+ * A physical extent is one backend handle of k granules (k >= 1): one
+ * cuMemCreate on CUDA, one memfd extent on the CPU. The driver's commit cost is
+ * paid per handle, not per byte (docs/memory/EXTENTS.md), so growing ranges
+ * commit in extents. cuMemMap maps a handle whole, so an extent is mapped,
+ * unmapped, shared and decommitted whole. The layout policy says how many
+ * granules each new extent holds; every extent is a power of two of granules
+ * no larger than the cap, so the pool can keep them by size. */
+typedef enum ortmem_extent_growth {
+    ORTMEM_EXTENT_GRANULE = 0, /* one extent per granule (the per-granule baseline) */
+    ORTMEM_EXTENT_EXACT,       /* what is asked, in as few extents as the cap allows */
+    ORTMEM_EXTENT_GEOMETRIC    /* a growing tail: each extent twice the one below it, up to
+                                  the cap; an ask of at least that much is laid exactly */
+} ortmem_extent_growth;
+
+#define ORTMEM_EXTENT_CAP_DEFAULT ((size_t)32 << 20) /* GEOMETRIC's cap when cap_bytes is 0 */
+
+typedef struct ortmem_extent_policy {
+    size_t struct_size;
+    ortmem_extent_growth growth;
+    size_t cap_bytes; /* largest extent (rounded down to granule * 2^n); 0 = 32 MiB for
+                         GEOMETRIC, unbounded for EXACT */
+} ortmem_extent_policy;
+
+#define ORTMEM_EXTENT_POLICY_INIT                                                                  \
+    {                                                                                              \
+        sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GEOMETRIC, 0                                   \
+    }
+
+/* The largest extent policy allows, in granules (a power of two >= 1). */
+ORTMEM_API ortmem_status ortmem_extent_cap_granules(const ortmem_extent_policy *policy,
+                                                    size_t granule, uint64_t *granules);
+
+/* Pure: the extents (sizes in granules, in address order) that policy lays
+ * over need granules at a range's tail. below: granules of the extent mapped
+ * just below the tail (0 = none, the range starts here); room >= need:
+ * granules free from the tail to the end of the window the range may grow
+ * into. The extents cover at least need granules and at most room. With
+ * capacity too small: ORTMEM_E_RANGE and *count = the entries needed. */
+ORTMEM_API ortmem_status ortmem_extent_layout(const ortmem_extent_policy *policy, size_t granule,
+                                              uint64_t below, uint64_t need, uint64_t room,
+                                              uint64_t *sizes, size_t capacity, size_t *count);
+
 /* ---- Ledger -----------------------------------------------------------------
  * Counters saturate at UINT64_MAX instead of wrapping; each clamp is counted in
  * saturations. */
