@@ -100,8 +100,8 @@ Test(extent_policy, over_commit_stays_below_one_cap_for_every_step_of_a_random_g
                 committed += s[i];
             below = s[n - 1];
         }
-        cr_assert(committed - live < cap, "committed %llu live %llu",
-                  (unsigned long long)committed, (unsigned long long)live);
+        cr_assert(committed - live < cap, "committed %llu live %llu", (unsigned long long)committed,
+                  (unsigned long long)live);
     }
 }
 

@@ -31,8 +31,7 @@ static ortmem_status check_policy(const ortmem_extent_policy *policy, size_t gra
 static uint64_t cap_granules(const ortmem_extent_policy *policy, size_t granule)
 {
     switch (policy->growth) {
-    case ORTMEM_EXTENT_GRANULE:
-        return 1;
+    case ORTMEM_EXTENT_GRANULE: return 1;
     case ORTMEM_EXTENT_EXACT:
         return policy->cap_bytes ? pow2_floor(policy->cap_bytes / granule)
                                  : pow2_floor(UINT64_MAX / granule);
@@ -100,7 +99,6 @@ ortmem_status ortmem_extent_layout(const ortmem_extent_policy *policy, size_t gr
     }
     *count = n;
     if (n > capacity)
-        return OM_ERR(ORTMEM_E_RANGE, "extent layout: %zu extents laid, room for %zu", n,
-                      capacity);
+        return OM_ERR(ORTMEM_E_RANGE, "extent layout: %zu extents laid, room for %zu", n, capacity);
     return ORTMEM_OK;
 }
