@@ -1,8 +1,9 @@
 /* ortmem-replay: replays an allocation trace against the public API.
  *
- * Three stages, one file each: trace.c parses and validates the whole trace
- * (nothing runs if a line is bad), run.c executes it while checking every byte
- * it can, report.c prints the result as a table or as one JSON object. */
+ * Three stages: trace.c parses and validates the whole trace (nothing runs if
+ * a line is bad), run.c and its run_*.c (run.h) execute it while checking
+ * every byte they can, report.c prints the result as a table or as one JSON
+ * object. */
 #ifndef ORTMEM_REPLAY_H
 #define ORTMEM_REPLAY_H
 
