@@ -1,24 +1,33 @@
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "vmm/backend.h"
 
-om_phys *om_pool_take_locked(ortmem_backend *b)
+/* Takes the newest pooled extent of exactly granules granules (0: of any
+ * size), or NULL. An extent is never split nor composed: a handle cannot be. */
+om_phys *om_pool_take_locked(ortmem_backend *b, uint32_t granules)
 {
     om_pool *pool = &b->pool;
-    if (!pool->count)
-        return NULL;
-    om_phys *p = pool->items[--pool->count];
-    pool->bytes -= p->size;
-    return p;
+    for (size_t i = pool->count; i-- > 0;) {
+        om_phys *p = pool->items[i];
+        if (granules && p->granules != granules)
+            continue;
+        memmove(&pool->items[i], &pool->items[i + 1], (pool->count - i - 1) * sizeof *pool->items);
+        pool->count--;
+        pool->bytes -= p->size;
+        return p;
+    }
+    return NULL;
 }
 
 bool om_pool_put_locked(ortmem_backend *b, om_phys *p)
 {
     om_pool *pool = &b->pool;
-    if (pool->bytes + p->size > pool->cap_bytes)
+    /* Only power-of-two extents are kept, so a commit can find its size again. */
+    if ((p->granules & (p->granules - 1)) != 0 || pool->bytes + p->size > pool->cap_bytes)
         return false;
     if (pool->count == pool->capacity_items) {
         size_t ncap = pool->capacity_items ? pool->capacity_items * 2 : 16;
@@ -40,7 +49,7 @@ static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *rele
     size_t freed = 0;
     for (;;) {
         pthread_mutex_lock(&b->lock);
-        om_phys *p = b->pool.bytes > keep ? om_pool_take_locked(b) : NULL;
+        om_phys *p = b->pool.bytes > keep ? om_pool_take_locked(b, 0) : NULL;
         pthread_mutex_unlock(&b->lock);
         if (!p)
             break;
@@ -118,7 +127,7 @@ ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
         st = om_account_hold(&b->pool_account, b->granule, 0);
         om_phys *p = NULL;
         if (st == ORTMEM_OK) {
-            st = om_phys_create(b, 0, &b->pool_account, &p);
+            st = om_phys_create(b, 0, &b->pool_account, 1, &p);
             if (st != ORTMEM_OK)
                 om_account_unhold(&b->pool_account, b->granule, 0);
         }
