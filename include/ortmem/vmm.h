@@ -425,14 +425,42 @@ ORTMEM_API ortmem_status ortmem_backend_set_accounts(ortmem_backend *backend,
                                                      const ortmem_account *quarantine);
 
 /* ---- Physical pool ----------------------------------------------------------
- * Granules that regions decommit are kept (still owned, pages allocated) up to a
- * byte cap and reused by the next commit on the same backend. Default cap 0. */
+ * Extents that regions decommit are kept (still owned, pages allocated) up to a
+ * byte cap and reused by the next commit on the same backend. Default cap 0.
+ * Extents are kept by size: class c holds extents of exactly 2^c granules, up
+ * to ORTMEM_POOL_MAX_EXTENT_DEFAULT (512 MiB); other sizes are released, never
+ * pooled. A commit takes a pooled extent of exactly the size it lays (never a
+ * split nor a composition); the cap, trim and pressure release oldest first
+ * across classes. */
+#define ORTMEM_POOL_CLASSES_MAX 24
+#define ORTMEM_POOL_MAX_EXTENT_DEFAULT ((size_t)512 << 20)
+
 ORTMEM_API ortmem_status ortmem_pool_set_cap(ortmem_backend *backend, size_t cap_bytes);
-/* Releases pooled granules until at most keep_bytes stay; reports bytes released. */
+/* Releases pooled extents, oldest first, until at most keep_bytes stay;
+ * reports bytes released. */
 ORTMEM_API ortmem_status ortmem_pool_trim(ortmem_backend *backend, size_t keep_bytes,
                                           size_t *released_bytes);
-/* Creates granules into the pool until it keeps bytes (at most the cap). */
+/* Creates granules (1-granule extents) into the pool until it keeps bytes
+ * (at most the cap). */
 ORTMEM_API ortmem_status ortmem_pool_fill(ortmem_backend *backend, size_t bytes);
+/* Creates count extents of extent_bytes each (granule * 2^c, at most the
+ * largest class) into the pool. All or nothing: ORTMEM_E_RANGE when they do
+ * not fit under the cap; on a failure the extents this call added are
+ * released. */
+ORTMEM_API ortmem_status ortmem_pool_fill_extents(ortmem_backend *backend, size_t extent_bytes,
+                                                  size_t count);
+
+typedef struct ortmem_pool_stats {
+    size_t struct_size;
+    uint32_t classes;                          /* in use: log2(max extent / granule) + 1 */
+    uint64_t extents[ORTMEM_POOL_CLASSES_MAX]; /* pooled now; class c = 2^c granules */
+    uint64_t hits[ORTMEM_POOL_CLASSES_MAX];    /* commits served from the class */
+    uint64_t misses[ORTMEM_POOL_CLASSES_MAX];  /* commits the class could not serve */
+    uint64_t unpoolable_releases;              /* extents of no class, released instead of pooled */
+} ortmem_pool_stats;
+
+/* stats->struct_size must be set by the caller. */
+ORTMEM_API ortmem_status ortmem_pool_stats_get(ortmem_backend *backend, ortmem_pool_stats *stats);
 
 /* ---- Regions ----------------------------------------------------------------*/
 #define ORTMEM_REGION_EXPORTABLE 0x1u /* granules are created exportable */

@@ -102,6 +102,7 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
     b->self = self;
     b->granule_min = minimum;
     b->granule = recommended;
+    om_pool_init(b);
     pthread_mutex_init(&b->lock, NULL);
     pthread_mutex_init(&b->events.lock, NULL);
     st = om_handle_register(&b->hdr, OM_KIND_BACKEND);

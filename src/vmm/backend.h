@@ -41,11 +41,19 @@ typedef struct om_phys {
     om_account owner;
 } om_phys;
 
+/* Pooled extents, oldest first. Extents are kept by size: class c holds
+ * extents of exactly 2^c granules, up to max_class; a take serves only its
+ * own class (a handle is never split nor composed), trim goes oldest first
+ * across classes. */
 typedef struct om_pool {
     om_phys **items;
     size_t count, capacity_items;
     size_t cap_bytes;
     size_t bytes;
+    unsigned max_class; /* log2 of the largest pooled extent's granules */
+    uint64_t class_count[ORTMEM_POOL_CLASSES_MAX];
+    uint64_t hits[ORTMEM_POOL_CLASSES_MAX], misses[ORTMEM_POOL_CLASSES_MAX];
+    uint64_t unpoolable_releases; /* extents of no class (size), released instead */
 } om_pool;
 
 /* The events a backend handed out and nobody destroyed yet (backend.c), so
@@ -151,8 +159,14 @@ void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t byt
 ortmem_status om_phys_release(ortmem_backend *b, om_phys *p);
 
 /* Pool (pool.c); the caller holds b->lock. */
+/* The newest pooled extent of exactly granules granules, or NULL (a miss of
+ * its class is counted). */
 om_phys *om_pool_take_locked(ortmem_backend *b, uint32_t granules);
+/* Counts a miss of granules' class (a take that was not tried). */
+void om_pool_count_miss_locked(ortmem_backend *b, uint32_t granules);
 bool om_pool_put_locked(ortmem_backend *b, om_phys *p);
+/* Sets the pool defaults at backend creation. */
+void om_pool_init(ortmem_backend *b);
 void om_pool_teardown(ortmem_backend *b);
 
 #endif

@@ -148,8 +148,12 @@ static uint64_t take_pooled(ortmem_region *r, size_t n, const uint32_t *ext, om_
         if (!ext[k])
             continue;
         if (missing) { /* counted as the miss the pool would have answered */
-            if (!(flags & OM_PHYS_EXPORTABLE))
+            if (!(flags & OM_PHYS_EXPORTABLE)) {
                 om_ledger_count(&r->backend->ledger.pool_misses, 1, r->backend);
+                pthread_mutex_lock(&r->backend->lock);
+                om_pool_count_miss_locked(r->backend, ext[k]);
+                pthread_mutex_unlock(&r->backend->lock);
+            }
             missing += (uint64_t)ext[k] * r->granule;
             continue;
         }
