@@ -530,8 +530,7 @@ void raw_one_handle_cycle(benchmark::State &state, size_t granules)
         Clock::time_point t0 = Clock::now();
         bool done = cu_ok(state, DRV(cuMemCreate)(&handle, bytes, &prop, 0), "cuMemCreate");
         bool mapped = done && cu_ok(state, DRV(cuMemMap)(va, bytes, 0, handle, 0), "cuMemMap");
-        done = mapped &&
-               cu_ok(state, DRV(cuMemSetAccess)(va, bytes, &access, 1), "cuMemSetAccess");
+        done = mapped && cu_ok(state, DRV(cuMemSetAccess)(va, bytes, &access, 1), "cuMemSetAccess");
         Clock::time_point t1 = Clock::now();
         if (mapped)
             done = cu_ok(state, DRV(cuMemUnmap)(va, bytes), "cuMemUnmap") && done;
@@ -558,8 +557,8 @@ void raw_one_handle_cycle(benchmark::State &state, size_t granules)
     state.counters["decommit_us_per_granule"] = per_granule_us(decommit_s, state, granules);
     if (g_gpu.granule == 2 * MiB)
         state.counters["commit_us_per_2mib"] = per_granule_us(commit_s, state, granules);
-    for (const char *calls : {"create_calls", "map_calls", "set_access_calls", "unmap_calls",
-                              "release_calls"})
+    for (const char *calls :
+         {"create_calls", "map_calls", "set_access_calls", "unmap_calls", "release_calls"})
         state.counters[calls] = 1;
 }
 
@@ -624,8 +623,9 @@ void register_commit_benchmarks()
             const char *name;
             ortmem_extent_growth growth;
         };
-        for (const Layout &layout : {Layout{"ortmem_one_extent", ORTMEM_EXTENT_EXACT},
-                                     Layout{"baseline_ortmem_per_granule", ORTMEM_EXTENT_GRANULE}}) {
+        for (const Layout &layout :
+             {Layout{"ortmem_one_extent", ORTMEM_EXTENT_EXACT},
+              Layout{"baseline_ortmem_per_granule", ORTMEM_EXTENT_GRANULE}}) {
             ortmem_extent_growth growth = layout.growth;
             benchmark::RegisterBenchmark((prefix + layout.name).c_str(),
                                          [granules_1gib, growth](benchmark::State &state) {
