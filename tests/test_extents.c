@@ -1,6 +1,7 @@
 /* Physical extents in regions: one backend handle of k granules, committed,
  * mapped, shared, copied on write, exported, decommitted and quarantined
  * whole (docs/memory/EXTENTS.md). Every figure is read from the ledger. */
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -486,4 +487,36 @@ Test(extents, fault_sweep_over_extent_commit_share_cow_and_decommit)
         OK(ortmem_backend_destroy(inner));
     }
     cr_assert(clean, "the sweep reached a run with no fault");
+}
+
+Test(extents, older_options_and_bad_policies)
+{
+    ortmem_backend *b = test_backend();
+    /* A caller built before the field existed gets one extent per granule. */
+    ortmem_region_options old = ORTMEM_REGION_OPTIONS_INIT;
+    old.extents.growth = ORTMEM_EXTENT_EXACT; /* beyond its struct_size: never read */
+    old.struct_size = offsetof(ortmem_region_options, extents);
+    old.size = 8 * G;
+    ortmem_region *r = NULL;
+    OK(ortmem_region_create(b, &old, &r));
+    OK(ortmem_region_commit(r, 0, 8 * G));
+    cr_assert_eq(stats_of(b).calls[ORTMEM_OP_CREATE], 8);
+    cr_assert_eq(granule_info(r, 4 * G).extent_granules, 1);
+
+    ortmem_commit_range outside = {0, G, 9 * G}, short_window = {0, 2 * G, G};
+    EXPECT_STATUS(ortmem_region_commit_grow(r, &outside, 1, NULL), ORTMEM_E_RANGE);
+    EXPECT_STATUS(ortmem_region_commit_grow(r, &short_window, 1, NULL), ORTMEM_E_RANGE);
+    ortmem_extent_policy unknown = {sizeof unknown, (ortmem_extent_growth)7, 0};
+    EXPECT_STATUS(ortmem_region_commit_grow(r, &outside, 1, &unknown), ORTMEM_E_INVALID);
+    OK(ortmem_region_destroy(r));
+
+    ortmem_region_options bad = ORTMEM_REGION_OPTIONS_INIT;
+    bad.size = 8 * G;
+    bad.extents.growth = (ortmem_extent_growth)7;
+    EXPECT_STATUS(ortmem_region_create(b, &bad, &r), ORTMEM_E_INVALID);
+    bad.extents.growth = ORTMEM_EXTENT_GEOMETRIC;
+    bad.extents.cap_bytes = G / 2; /* below the granule */
+    EXPECT_STATUS(ortmem_region_create(b, &bad, &r), ORTMEM_E_INVALID);
+    cr_assert_eq(stats_of(b).reserved_va_bytes, 0);
+    OK(ortmem_backend_destroy(b));
 }
