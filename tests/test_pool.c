@@ -247,3 +247,41 @@ Test(pool, fault_sweep_over_fill_take_and_trim)
     }
     cr_assert(clean, "the sweep reached a run with no fault");
 }
+
+/* Trimming the oldest leaves room at the front of the list; later puts reuse
+ * it and every pooled extent stays reachable. */
+Test(pool, trimmed_room_is_reused_and_nothing_is_lost)
+{
+    ortmem_backend *b = test_backend();
+    OK(ortmem_pool_set_cap(b, 64 * G));
+    ortmem_region *r = region_on(b, 64 * G, 0);
+    OK(ortmem_region_commit(r, 0, 20 * G));
+    OK(ortmem_region_decommit(r, 0, 20 * G)); /* 20 granules pooled: the list grows past 16 */
+    size_t released = 0;
+    OK(ortmem_pool_trim(b, 10 * G, &released)); /* the 10 oldest go: room at the front */
+    cr_assert_eq(released, 10 * G);
+    /* 13 extents of 2 granules (no class-1 extent pooled: all created), then
+     * pooled: the list fills and moves its live part into the front room. */
+    ortmem_range ext[13];
+    for (size_t i = 0; i < 13; i++)
+        ext[i] = (ortmem_range){2 * i * G, 2 * G};
+    OK(ortmem_region_commit_extents(r, ext, 13));
+    OK(ortmem_region_decommit(r, 0, 26 * G));
+    ortmem_pool_stats p = pool_stats_of(b);
+    cr_assert_eq(p.extents[0], 10);
+    cr_assert_eq(p.extents[1], 13);
+    ortmem_vmm_stats s0 = stats_of(b);
+    cr_assert_eq(s0.pool_bytes, 36 * G);
+    OK(ortmem_region_commit_extents(r, ext, 13));
+    OK(ortmem_region_commit(r, 26 * G, 10 * G));
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.calls[ORTMEM_OP_CREATE], s0.calls[ORTMEM_OP_CREATE], "all from the pool");
+    cr_assert_eq(s.pool_bytes, 0);
+    p = pool_stats_of(b);
+    cr_assert_eq(p.extents[0] + p.extents[1], 0);
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_pool_trim(b, 0, &released));
+    cr_assert_eq(released, 36 * G);
+    cr_assert_eq(stats_of(b).owned_bytes, 0);
+    OK(ortmem_backend_destroy(b));
+}

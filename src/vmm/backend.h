@@ -46,8 +46,8 @@ typedef struct om_phys {
  * own class (a handle is never split nor composed), trim goes oldest first
  * across classes. */
 typedef struct om_pool {
-    om_phys **items;
-    size_t count, capacity_items;
+    om_phys **items; /* the pooled ones are items[head, count), oldest first */
+    size_t head, count, capacity_items;
     size_t cap_bytes;
     size_t bytes;
     unsigned max_class; /* log2 of the largest pooled extent's granules */

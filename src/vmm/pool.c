@@ -33,13 +33,16 @@ void om_pool_count_miss_locked(ortmem_backend *b, uint32_t granules)
         b->pool.misses[c]++;
 }
 
-/* Removes items[i], keeping the order (oldest first). */
+/* Removes items[i], keeping the order (oldest first): the newer ones move
+ * down (a take is usually the newest: nothing moves). */
 static om_phys *pool_remove_at(om_pool *pool, size_t i)
 {
     om_phys *p = pool->items[i];
     memmove(&pool->items[i], &pool->items[i + 1], (pool->count - i - 1) * sizeof *pool->items);
     pool->count--;
     pool->bytes -= p->size;
+    if (pool->head == pool->count)
+        pool->head = pool->count = 0;
     return p;
 }
 
@@ -50,7 +53,7 @@ om_phys *om_pool_take_locked(ortmem_backend *b, uint32_t granules)
     if (c < 0)
         return NULL;
     /* Newest first: its pages are the warmest. */
-    for (size_t i = pool->count; pool->class_count[c] && i-- > 0;) {
+    for (size_t i = pool->count; pool->class_count[c] && i-- > pool->head;) {
         if (pool->items[i]->granules != granules)
             continue;
         pool->class_count[c]--;
@@ -65,17 +68,22 @@ om_phys *om_pool_take_locked(ortmem_backend *b, uint32_t granules)
 static om_phys *pool_take_oldest_locked(ortmem_backend *b)
 {
     om_pool *pool = &b->pool;
-    if (!pool->count)
+    if (pool->head == pool->count)
         return NULL;
-    pool->class_count[pool_class(b, pool->items[0]->granules)]--;
-    return pool_remove_at(pool, 0);
+    /* O(1): the oldest is at head, so a trim of many never moves the rest. */
+    om_phys *p = pool->items[pool->head++];
+    pool->class_count[pool_class(b, p->granules)]--;
+    pool->bytes -= p->size;
+    if (pool->head == pool->count)
+        pool->head = pool->count = 0;
+    return p;
 }
 
 /* Takes p back out of the pool (a fill that failed); false when not there. */
 static bool pool_remove_locked(ortmem_backend *b, om_phys *p)
 {
     om_pool *pool = &b->pool;
-    for (size_t i = pool->count; i-- > 0;) {
+    for (size_t i = pool->count; i-- > pool->head;) {
         if (pool->items[i] != p)
             continue;
         pool->class_count[pool_class(b, p->granules)]--;
@@ -95,6 +103,13 @@ bool om_pool_put_locked(ortmem_backend *b, om_phys *p)
     }
     if (pool->bytes + p->size > pool->cap_bytes)
         return false;
+    if (pool->count == pool->capacity_items && pool->head > 0) {
+        /* Room left by trimmed items: move the live ones down first. */
+        memmove(pool->items, &pool->items[pool->head],
+                (pool->count - pool->head) * sizeof *pool->items);
+        pool->count -= pool->head;
+        pool->head = 0;
+    }
     if (pool->count == pool->capacity_items) {
         size_t ncap = pool->capacity_items ? pool->capacity_items * 2 : 16;
         om_phys **grown = om_realloc(pool->items, ncap * sizeof *grown);
@@ -140,6 +155,7 @@ void om_pool_teardown(ortmem_backend *b)
     om_free(b->pool.items);
     b->pool.items = NULL;
     b->pool.capacity_items = 0;
+    b->pool.head = b->pool.count = 0;
 }
 
 ortmem_status ortmem_pool_set_cap(ortmem_backend *b, size_t cap_bytes)
