@@ -9,6 +9,9 @@
 //                        floor over a pre-created handle
 //   gpu_run64_commit     64 granules in one commit (one set-access for the run)
 //                        vs raw per-granule and batched set-access
+//   gpu_extent_1gib      1 GiB committed as one extent (one handle) vs one
+//                        handle per granule through ortmem, and vs the raw
+//                        driver's one handle (create+map+set-access+unmap+release)
 //   gpu_kv_growth_*      a 7B-class KV cache grown from 1K to 128K tokens,
 //                        stable (commit on demand) vs bucket (copy)
 //   gpu_arena_trace      the arena_mixed_trace trace through the arena on the
@@ -292,7 +295,10 @@ double per_granule_us(double seconds, benchmark::State &state, size_t granules)
 
 // Commit then decommit `granules` granules of one region in one call each;
 // pooled: the pool keeps them (cap = the run), so no create or release.
-void ortmem_commit_cycle(benchmark::State &state, size_t granules, bool pooled)
+// growth: how the region lays extents over the run (ORTMEM_EXTENT_GRANULE: one
+// handle per granule; ORTMEM_EXTENT_EXACT: one handle for the whole run).
+void ortmem_commit_cycle(benchmark::State &state, size_t granules, bool pooled,
+                         ortmem_extent_growth growth = ORTMEM_EXTENT_GRANULE)
 {
     if (!gpu_or_skip(state))
         return;
@@ -308,6 +314,7 @@ void ortmem_commit_cycle(benchmark::State &state, size_t granules, bool pooled)
     const size_t bytes = granules * granule;
     ortmem_region_options options = ORTMEM_REGION_OPTIONS_INIT;
     options.size = bytes;
+    options.extents.growth = growth;
     ortmem_region *raw_region = nullptr;
     if (!ok_or_skip(state, ortmem_region_create(backend.get(), &options, &raw_region),
                     "ortmem_region_create"))
@@ -339,6 +346,9 @@ void ortmem_commit_cycle(benchmark::State &state, size_t granules, bool pooled)
     state.counters["granule_bytes"] = static_cast<double>(granule);
     state.counters["commit_us_per_granule"] = per_granule_us(commit_s, state, granules);
     state.counters["decommit_us_per_granule"] = per_granule_us(decommit_s, state, granules);
+    state.counters["extents"] = static_cast<double>(after.owned_extents);
+    if (granule == 2 * MiB)
+        state.counters["commit_us_per_2mib"] = per_granule_us(commit_s, state, granules);
 }
 
 // How a raw baseline commits and decommits its granules.
@@ -500,6 +510,58 @@ void raw_commit_cycle(benchmark::State &state, size_t granules, RawMode mode)
     state.counters["release_calls"] = mode.create ? n : 0;
 }
 
+// The raw floor for one extent: cuMemCreate of the whole run as one handle,
+// one cuMemMap, one cuMemSetAccess, one cuMemUnmap, one cuMemRelease.
+void raw_one_handle_cycle(benchmark::State &state, size_t granules)
+{
+    if (!gpu_or_skip(state))
+        return;
+    const size_t bytes = granules * g_gpu.granule;
+    CUdeviceptr va = 0;
+    if (!cu_ok(state, DRV(cuMemAddressReserve)(&va, bytes, g_gpu.granule, 0, 0),
+               "cuMemAddressReserve"))
+        return;
+    const CUmemAllocationProp prop = device_prop();
+    const CUmemAccessDesc access = read_write_access();
+    double commit_s = 0, decommit_s = 0;
+    // One cycle; times it into commit_s and decommit_s when timed.
+    auto cycle = [&](bool timed) {
+        CUmemGenericAllocationHandle handle = 0;
+        Clock::time_point t0 = Clock::now();
+        bool done = cu_ok(state, DRV(cuMemCreate)(&handle, bytes, &prop, 0), "cuMemCreate");
+        bool mapped = done && cu_ok(state, DRV(cuMemMap)(va, bytes, 0, handle, 0), "cuMemMap");
+        done = mapped && cu_ok(state, DRV(cuMemSetAccess)(va, bytes, &access, 1), "cuMemSetAccess");
+        Clock::time_point t1 = Clock::now();
+        if (mapped)
+            done = cu_ok(state, DRV(cuMemUnmap)(va, bytes), "cuMemUnmap") && done;
+        if (handle)
+            done = cu_ok(state, DRV(cuMemRelease)(handle), "cuMemRelease") && done;
+        if (done && timed) {
+            commit_s += std::chrono::duration<double>(t1 - t0).count();
+            decommit_s += seconds_since(t1);
+        }
+        return done;
+    };
+    if (cycle(false)) { // the warm-up, untimed
+        for (auto _ : state) {
+            if (!cycle(true))
+                break;
+        }
+    }
+    (void)DRV(cuMemAddressFree)(va, bytes);
+    if (state.error_occurred())
+        return;
+    state.counters["granules"] = static_cast<double>(granules);
+    state.counters["granule_bytes"] = static_cast<double>(g_gpu.granule);
+    state.counters["commit_us_per_granule"] = per_granule_us(commit_s, state, granules);
+    state.counters["decommit_us_per_granule"] = per_granule_us(decommit_s, state, granules);
+    if (g_gpu.granule == 2 * MiB)
+        state.counters["commit_us_per_2mib"] = per_granule_us(commit_s, state, granules);
+    for (const char *calls :
+         {"create_calls", "map_calls", "set_access_calls", "unmap_calls", "release_calls"})
+        state.counters[calls] = 1;
+}
+
 constexpr size_t kRunGranules = 64;
 constexpr double kMicroMinTime = 0.2; // seconds per repetition
 
@@ -548,6 +610,39 @@ void register_commit_benchmarks()
                 ->UseRealTime()
                 ->MinTime(kMicroMinTime);
         }
+    }
+
+    // 1 GiB committed as one extent (one handle) against the same 1 GiB as
+    // one handle per granule through ortmem, and the raw driver's one handle.
+    // Unpooled: every cycle creates and releases.
+    // Without a GPU every scenario skips; 512 (2 MiB granules) names the run.
+    const size_t granules_1gib = (size_t(1) << 30) / (g_gpu.granule ? g_gpu.granule : 2 * MiB);
+    {
+        const std::string prefix = "gpu_extent_1gib/";
+        struct Layout {
+            const char *name;
+            ortmem_extent_growth growth;
+        };
+        for (const Layout &layout :
+             {Layout{"ortmem_one_extent", ORTMEM_EXTENT_EXACT},
+              Layout{"baseline_ortmem_per_granule", ORTMEM_EXTENT_GRANULE}}) {
+            ortmem_extent_growth growth = layout.growth;
+            benchmark::RegisterBenchmark((prefix + layout.name).c_str(),
+                                         [granules_1gib, growth](benchmark::State &state) {
+                                             ortmem_commit_cycle(state, granules_1gib, false,
+                                                                 growth);
+                                         })
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime()
+                ->MinTime(kMicroMinTime);
+        }
+        benchmark::RegisterBenchmark((prefix + "baseline_raw_one_handle").c_str(),
+                                     [granules_1gib](benchmark::State &state) {
+                                         raw_one_handle_cycle(state, granules_1gib);
+                                     })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime()
+            ->MinTime(kMicroMinTime);
     }
 }
 

@@ -2,6 +2,8 @@
 // backend, pooled and unpooled, with and without populate, against anonymous
 // mmap + touch + munmap of the same size. Every variant writes one byte per
 // 4 KiB page: the first-touch cost is most of what a CPU granule costs.
+// Scenario extent_1gib: 1 GiB committed and decommitted (unpooled, untouched)
+// as one extent against the same bytes as one extent per granule.
 #include "harness.hpp"
 
 #include <sys/mman.h>
@@ -99,6 +101,46 @@ void mmap_touch_munmap(benchmark::State &state, int extra_flags)
     report_touch_counters(state, granule);
 }
 
+// 1 GiB of one region, committed and decommitted whole each iteration with no
+// pool: growth EXACT lays one extent (one create, one map, one set-access),
+// GRANULE one extent per 2 MiB granule (512 of each, one set-access).
+void extent_commit_decommit(benchmark::State &state, ortmem_extent_growth growth)
+{
+    ortmem_cpu_options options = ORTMEM_CPU_OPTIONS_INIT;
+    ortmem_backend *raw_backend = nullptr;
+    if (!ok_or_skip(state, ortmem_cpu_backend_create(&options, &raw_backend),
+                    "ortmem_cpu_backend_create"))
+        return;
+    BackendPtr backend(raw_backend);
+    size_t granule = 0;
+    if (!ok_or_skip(state, ortmem_backend_granule(backend.get(), &granule),
+                    "ortmem_backend_granule"))
+        return;
+    const size_t bytes = size_t(1) << 30;
+    ortmem_region_options region_options = ORTMEM_REGION_OPTIONS_INIT;
+    region_options.size = bytes;
+    region_options.extents.growth = growth;
+    ortmem_region *raw_region = nullptr;
+    if (!ok_or_skip(state, ortmem_region_create(backend.get(), &region_options, &raw_region),
+                    "ortmem_region_create"))
+        return;
+    RegionPtr region(raw_region);
+    ortmem_vmm_stats before = backend_stats(backend.get());
+    for (auto _ : state) {
+        if (!ok_or_skip(state, ortmem_region_commit(region.get(), 0, bytes),
+                        "ortmem_region_commit") ||
+            !ok_or_skip(state, ortmem_region_decommit(region.get(), 0, bytes),
+                        "ortmem_region_decommit"))
+            break;
+    }
+    if (state.error_occurred())
+        return;
+    ortmem_vmm_stats after = backend_stats(backend.get());
+    report_backend_calls(state, before, after, static_cast<double>(state.iterations()));
+    state.counters["granules"] = static_cast<double>(bytes / granule);
+    state.counters["granule_bytes"] = static_cast<double>(granule);
+}
+
 void register_variant(const std::string &scenario, GranuleVariant variant)
 {
     std::string name = scenario + "/" + variant.name;
@@ -131,6 +173,17 @@ void register_granule_benchmarks()
     register_variant(populated, {"ortmem_unpooled", false, 1});
     register_baseline(populated, "baseline_mmap", 0);
     register_baseline(populated, "baseline_mmap_populate", MAP_POPULATE);
+
+    // The ratio one extent / per granule is the handle count's share of the cost.
+    const std::string extent = "extent_1gib";
+    benchmark::RegisterBenchmark((extent + "/ortmem_one_extent").c_str(), extent_commit_decommit,
+                                 ORTMEM_EXTENT_EXACT)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((extent + "/baseline_ortmem_512_granules").c_str(),
+                                 extent_commit_decommit, ORTMEM_EXTENT_GRANULE)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
 }
 
 } // namespace ortmem_bench

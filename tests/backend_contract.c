@@ -344,6 +344,43 @@ void contract_create_and_release_physical_granules(const backend_contract *c)
     c->destroy(b);
 }
 
+/* Extents of 1, 2 and 8 granules: one create and one map of the whole handle
+ * each, one set-access over the contiguous run, one unmap over it, one
+ * release each; the bytes of every extent are its own. */
+void contract_extents_are_created_mapped_and_released_whole(const backend_contract *c)
+{
+    ortmem_backend *b = c->create(CONTRACT_GRANULE_RECOMMENDED);
+    size_t g = granule_of(b);
+    ortmem_region *r = region_on(b, 12 * g, 0);
+    ortmem_vmm_stats s0 = stats_of(b);
+    ortmem_range ext[3] = {{0, g}, {g, 2 * g}, {3 * g, 8 * g}};
+    OK(ortmem_region_commit_extents(r, ext, 3));
+    ortmem_vmm_stats s = stats_of(b);
+    cr_assert_eq(s.calls[ORTMEM_OP_CREATE] - s0.calls[ORTMEM_OP_CREATE], 3);
+    cr_assert_eq(s.calls[ORTMEM_OP_MAP] - s0.calls[ORTMEM_OP_MAP], 3);
+    cr_assert_eq(s.calls[ORTMEM_OP_SET_ACCESS] - s0.calls[ORTMEM_OP_SET_ACCESS], 1);
+    cr_assert_eq(s.owned_bytes, 11 * g);
+    cr_assert_eq(s.owned_granules, 11);
+    cr_assert_eq(s.owned_extents, 3);
+    cr_assert_eq(s.mapped_extents, 3);
+    cr_assert_eq(all_failures(&s), 0);
+    for (size_t e = 0; e < 3; e++)
+        put(c, b, base_of(r) + ext[e].offset, ext[e].length, 60 + e);
+    run_check(c, b, "three extents");
+    for (size_t e = 0; e < 3; e++)
+        expect_bytes(c, b, base_of(r) + ext[e].offset, ext[e].length, 60 + e, "an extent");
+    OK(ortmem_region_decommit(r, 0, 12 * g));
+    s = stats_of(b);
+    cr_assert_eq(s.calls[ORTMEM_OP_UNMAP] - s0.calls[ORTMEM_OP_UNMAP], 1, "one unmap of the run");
+    cr_assert_eq(s.calls[ORTMEM_OP_RELEASE] - s0.calls[ORTMEM_OP_RELEASE], 3);
+    cr_assert_eq(s.owned_extents, 0);
+    cr_assert_eq(all_failures(&s), 0);
+    OK(ortmem_region_destroy(r));
+    ledger_empty(b, "after the extents");
+    run_check(c, b, "after the extents");
+    c->destroy(b);
+}
+
 /* ---- map and unmap ---- */
 
 void contract_map_and_unmap_runs_and_unmap_keeps_the_va(const backend_contract *c)

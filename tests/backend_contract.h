@@ -52,6 +52,7 @@ typedef struct backend_contract {
 void contract_granularity_minimum_and_recommended(const backend_contract *c);
 void contract_reserve_aligns_and_unreserve_returns_the_va(const backend_contract *c);
 void contract_create_and_release_physical_granules(const backend_contract *c);
+void contract_extents_are_created_mapped_and_released_whole(const backend_contract *c);
 void contract_map_and_unmap_runs_and_unmap_keeps_the_va(const backend_contract *c);
 void contract_set_access_read_write_and_read_only(const backend_contract *c);
 void contract_a_second_mapping_sees_the_same_bytes(const backend_contract *c);
@@ -70,6 +71,7 @@ void contract_failures_change_nothing_and_set_a_detail(const backend_contract *c
     BACKEND_CONTRACT_TEST_(suite, contract_granularity_minimum_and_recommended, fixture)           \
     BACKEND_CONTRACT_TEST_(suite, contract_reserve_aligns_and_unreserve_returns_the_va, fixture)   \
     BACKEND_CONTRACT_TEST_(suite, contract_create_and_release_physical_granules, fixture)          \
+    BACKEND_CONTRACT_TEST_(suite, contract_extents_are_created_mapped_and_released_whole, fixture) \
     BACKEND_CONTRACT_TEST_(suite, contract_map_and_unmap_runs_and_unmap_keeps_the_va, fixture)     \
     BACKEND_CONTRACT_TEST_(suite, contract_set_access_read_write_and_read_only, fixture)           \
     BACKEND_CONTRACT_TEST_(suite, contract_a_second_mapping_sees_the_same_bytes, fixture)          \

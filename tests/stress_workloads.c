@@ -168,7 +168,7 @@ stress_outcome stress_regions_shares_pool(void)
             return fail("failure", "thread %d: %d failed calls, last: %s", i, workers[i].failures,
                         workers[i].last_error);
     }
-    ortmem_granule_info info = {sizeof info, 0, 0, 0};
+    ortmem_granule_info info = {.struct_size = sizeof info};
     (void)ortmem_region_granule_info(prefix, 0, &info);
     if (info.mappers != 1)
         return fail("mappers", "prefix still has %u mappers after every sharer left", info.mappers);

@@ -269,7 +269,7 @@ static uint64_t rec_relieve(void *self, uint64_t owned, uint64_t mapped)
     recorder *r = self;
     (void)mapped;
     r->reliefs++;
-    ortmem_granule_info info = {sizeof info, 0, 0, 0};
+    ortmem_granule_info info = {.struct_size = sizeof info};
     cr_assert_eq(ortmem_region_granule_info(r->region, 0, &info), ORTMEM_OK);
     if (r->stingy)
         return 0;

@@ -710,6 +710,61 @@ static void wl_pool(sweep *w, env *e)
     DONE();
 }
 
+/* Extents: whole-extent commits, a geometric growth window, a share, a
+ * copy on write of a whole extent and strict decommits. */
+static void wl_extents(sweep *w, env *e)
+{
+    STEP_CPU(0);
+    STEP(region_create(e->backend[0], 32 * G, 0, NULL, &e->region[0]));
+    STEP(region_create(e->backend[0], 32 * G, 0, NULL, &e->region[1]));
+    uint8_t *a = ortmem_region_base(e->region[0]);
+    uint8_t *b = ortmem_region_base(e->region[1]);
+    ortmem_range ext[] = {{0, 4 * G}, {4 * G, 2 * G}};
+    STEP(ortmem_region_commit_extents(e->region[0], ext, 2));
+    put_pattern(e, 0, a, 6 * G, 40);
+    ortmem_extent_policy geo = {sizeof geo, ORTMEM_EXTENT_GEOMETRIC, 8 * G};
+    ortmem_commit_range grow[] = {{6 * G, G + 1, 24 * G}};
+    STEP(ortmem_region_commit_grow(e->region[0], grow, 1, &geo));
+    ortmem_commit_range more[] = {{6 * G, 5 * G, 24 * G}};
+    STEP(ortmem_region_commit_grow(e->region[0], more, 1, &geo));
+    put_pattern(e, 1, a + 6 * G, 5 * G, 41);
+    STEP(ortmem_region_share(e->region[1], 0, e->region[0], 0, 4 * G, ORTMEM_ACCESS_READ_WRITE));
+    CHECK(check_pattern(b, 4 * G, 40));
+    STEP(ortmem_region_cow(e->region[1], G, 1));
+    put_pattern(e, 2, b, 4 * G, 42);
+    CHECK(check_pattern(a, 4 * G, 40));
+    ortmem_range cut[] = {{0, 2 * G}}, whole[] = {{4 * G, 2 * G}};
+    CHECK(ortmem_region_decommit_ex(e->region[0], cut, 1, ORTMEM_DECOMMIT_STRICT) ==
+          ORTMEM_E_RANGE);
+    STEP(ortmem_region_decommit_ex(e->region[0], whole, 1, ORTMEM_DECOMMIT_STRICT));
+    DONE();
+}
+
+/* Pool classes: fill of one class, commits that take their own size, trim. */
+static void wl_pool_classes(sweep *w, env *e)
+{
+    STEP_CPU(0);
+    STEP(ortmem_pool_set_cap(e->backend[0], 16 * G));
+    STEP(ortmem_pool_fill_extents(e->backend[0], 4 * G, 2));
+    STEP(ortmem_pool_fill_extents(e->backend[0], 2 * G, 1));
+    STEP(region_create(e->backend[0], 16 * G, 0, NULL, &e->region[0]));
+    ortmem_range ext[] = {{0, 4 * G}, {4 * G, 2 * G}, {8 * G, 8 * G}};
+    STEP(ortmem_region_commit_extents(e->region[0], ext, 3));
+    put_pattern(e, 0, ortmem_region_base(e->region[0]), 6 * G, 50);
+    drop_pattern(e, 0);
+    ortmem_range back[] = {{0, 16 * G}};
+    STEP(ortmem_region_decommit_ex(e->region[0], back, 1, 0));
+    size_t released = 0;
+    STEP(ortmem_pool_trim(e->backend[0], 4 * G, &released));
+    ortmem_pool_stats ps;
+    memset(&ps, 0, sizeof ps);
+    ps.struct_size = sizeof ps;
+    STEP(ortmem_pool_stats_get(e->backend[0], &ps));
+    STEP(ortmem_region_destroy(e->region[0]));
+    e->region[0] = NULL;
+    DONE();
+}
+
 static void wl_arena(sweep *w, env *e)
 {
     STEP_CPU(0);
@@ -1177,6 +1232,8 @@ SWEEP_TEST(backends, 1)
 SWEEP_TEST(region, 1)
 SWEEP_TEST(share_export, 1)
 SWEEP_TEST(pool, 1)
+SWEEP_TEST(extents, 1)
+SWEEP_TEST(pool_classes, 1)
 SWEEP_TEST(arena, 1)
 SWEEP_TEST(governance, 1)
 SWEEP_TEST(tickets, 1)

@@ -137,7 +137,7 @@ static void reentrant_log(void *user, ortmem_log_level level, const char *messag
     (void)level;
     (void)message;
     reentrant_capture *c = user;
-    ortmem_granule_info info = {sizeof info, 0, 0, 0};
+    ortmem_granule_info info = {.struct_size = sizeof info};
     c->seen = ortmem_region_granule_info(c->region, 0, &info);
     c->calls++;
 }

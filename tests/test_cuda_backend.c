@@ -380,6 +380,38 @@ Test(cuda_fake, cow_copies_a_shared_granule_on_the_device)
     fake_backend_destroy(b);
 }
 
+/* The driver maps a handle whole and unmaps whole mappings (the fake refuses
+ * anything else, as the driver does): an extent is one cuMemCreate, one
+ * cuMemMap of the whole handle, and one cuMemUnmap per contiguous run. */
+Test(cuda_fake, extent_maps_whole_and_unmaps_whole)
+{
+    ortmem_backend *b = fake_backend();
+    ortmem_region *a = region_on(b, 16 * FG, 0), *c = region_on(b, 16 * FG, 0);
+    ortmem_range ext[2] = {{0, 8 * FG}, {8 * FG, 4 * FG}};
+    OK(ortmem_region_commit_extents(a, ext, 2));
+    cr_assert_eq(fake.creates, 2);
+    cr_assert_eq(fake.maps, 2);
+    cr_assert_eq(fake.set_access_calls, 1, "one set-access over the contiguous run");
+    backend_put_pattern(b, ortmem_region_base(a), 12 * FG, 8);
+    OK(ortmem_region_share(c, 0, a, 0, 8 * FG, ORTMEM_ACCESS_READ_WRITE));
+    cr_assert_eq(fake.maps, 3);
+    /* Copy on write of one byte copies the whole 8-granule extent on the device. */
+    OK(ortmem_region_cow(c, FG, 1));
+    cr_assert_eq(fake.creates, 3);
+    expect(b, ortmem_region_base(c), 8 * FG, 8);
+    /* A decommit that cuts the first extent leaves it mapped; the second goes. */
+    OK(ortmem_region_decommit(a, 4 * FG, 12 * FG));
+    cr_assert_eq(fake.unmaps, 3, "cow's shared extent and scratch mapping, then the second extent");
+    cr_assert_eq(granule_info(a, 7 * FG).state, ORTMEM_GRANULE_MAPPED);
+    OK(ortmem_region_decommit(a, 0, 16 * FG));
+    OK(ortmem_region_destroy(c));
+    OK(ortmem_region_destroy(a));
+    cr_assert_eq(fake.refused_partial_maps, 0);
+    cr_assert_eq(fake.refused_cut_unmaps, 0);
+    cr_assert_eq(fake.live_allocs, 0);
+    fake_backend_destroy(b);
+}
+
 Test(cuda_fake, exportable_granules_use_posix_fds)
 {
     /* Export, import and the bytes both ways: the contract. Here: the handle

@@ -71,7 +71,8 @@ typedef struct ortmem_backend_ops {
     ortmem_status (*reserve)(void *self, size_t size, size_t alignment, uintptr_t *va);
     /* Returns a whole reservation; nothing in it may be mapped. */
     ortmem_status (*unreserve)(void *self, uintptr_t va, size_t size);
-    /* Creates one physical granule of size bytes (flags ORTMEM_CREATE_*). */
+    /* Creates one physical extent of size bytes, size = k * granule with k >= 1
+     * (flags ORTMEM_CREATE_*); map always maps a whole handle at offset 0. */
     ortmem_status (*create)(void *self, size_t size, unsigned flags, uint64_t *handle);
     /* Releases a physical granule that is mapped nowhere. */
     ortmem_status (*release)(void *self, uint64_t handle);
@@ -372,6 +373,11 @@ typedef struct ortmem_vmm_stats {
     uint64_t calls[ORTMEM_OP_COUNT]; /* backend calls made through this handle */
     uint64_t failures[ORTMEM_OP_COUNT];
     uint64_t saturations;
+    /* Extents (one backend handle of k granules each): owned_granules above
+     * counts k per extent, these count each extent once. */
+    uint64_t owned_extents;       /* extents alive (pool included) */
+    uint64_t mapped_extents;      /* extent mappings (an alias counts again) */
+    uint64_t quarantined_extents; /* extents quarantined, all their granules with them */
 } ortmem_vmm_stats;
 
 /* stats->struct_size must be set by the caller. */
@@ -419,14 +425,42 @@ ORTMEM_API ortmem_status ortmem_backend_set_accounts(ortmem_backend *backend,
                                                      const ortmem_account *quarantine);
 
 /* ---- Physical pool ----------------------------------------------------------
- * Granules that regions decommit are kept (still owned, pages allocated) up to a
- * byte cap and reused by the next commit on the same backend. Default cap 0. */
+ * Extents that regions decommit are kept (still owned, pages allocated) up to a
+ * byte cap and reused by the next commit on the same backend. Default cap 0.
+ * Extents are kept by size: class c holds extents of exactly 2^c granules, up
+ * to ORTMEM_POOL_MAX_EXTENT_DEFAULT (512 MiB); other sizes are released, never
+ * pooled. A commit takes a pooled extent of exactly the size it lays (never a
+ * split nor a composition); the cap, trim and pressure release oldest first
+ * across classes. */
+#define ORTMEM_POOL_CLASSES_MAX 24
+#define ORTMEM_POOL_MAX_EXTENT_DEFAULT ((size_t)512 << 20)
+
 ORTMEM_API ortmem_status ortmem_pool_set_cap(ortmem_backend *backend, size_t cap_bytes);
-/* Releases pooled granules until at most keep_bytes stay; reports bytes released. */
+/* Releases pooled extents, oldest first, until at most keep_bytes stay;
+ * reports bytes released. */
 ORTMEM_API ortmem_status ortmem_pool_trim(ortmem_backend *backend, size_t keep_bytes,
                                           size_t *released_bytes);
-/* Creates granules into the pool until it keeps bytes (at most the cap). */
+/* Creates granules (1-granule extents) into the pool until it keeps bytes
+ * (at most the cap). */
 ORTMEM_API ortmem_status ortmem_pool_fill(ortmem_backend *backend, size_t bytes);
+/* Creates count extents of extent_bytes each (granule * 2^c, at most the
+ * largest class) into the pool. All or nothing: ORTMEM_E_RANGE when they do
+ * not fit under the cap; on a failure the extents this call added are
+ * released. */
+ORTMEM_API ortmem_status ortmem_pool_fill_extents(ortmem_backend *backend, size_t extent_bytes,
+                                                  size_t count);
+
+typedef struct ortmem_pool_stats {
+    size_t struct_size;
+    uint32_t classes;                          /* in use: log2(max extent / granule) + 1 */
+    uint64_t extents[ORTMEM_POOL_CLASSES_MAX]; /* pooled now; class c = 2^c granules */
+    uint64_t hits[ORTMEM_POOL_CLASSES_MAX];    /* commits served from the class */
+    uint64_t misses[ORTMEM_POOL_CLASSES_MAX];  /* commits the class could not serve */
+    uint64_t unpoolable_releases;              /* extents of no class, released instead of pooled */
+} ortmem_pool_stats;
+
+/* stats->struct_size must be set by the caller. */
+ORTMEM_API ortmem_status ortmem_pool_stats_get(ortmem_backend *backend, ortmem_pool_stats *stats);
 
 /* ---- Regions ----------------------------------------------------------------*/
 #define ORTMEM_REGION_EXPORTABLE 0x1u /* granules are created exportable */
@@ -437,11 +471,18 @@ typedef struct ortmem_region_options {
     unsigned flags;                /* ORTMEM_REGION_* */
     const ortmem_account *account; /* copied; charged before every map; NULL = none */
     size_t alignment; /* of the base address: a power of two >= the granule; 0 = granule */
+    /* How ortmem_region_commit(_ranges) lays extents over each maximal run of
+     * unmapped granules (an exact ask: below 0, room = the run). Default
+     * ORTMEM_EXTENT_GRANULE: one extent per granule. */
+    ortmem_extent_policy extents;
 } ortmem_region_options;
 
 #define ORTMEM_REGION_OPTIONS_INIT                                                                 \
     {                                                                                              \
-        sizeof(ortmem_region_options), 0, 0, NULL, 0                                               \
+        sizeof(ortmem_region_options), 0, 0, NULL, 0,                                              \
+        {                                                                                          \
+            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GRANULE, 0                                 \
+        }                                                                                          \
     }
 
 ORTMEM_API ortmem_status ortmem_region_create(ortmem_backend *backend,
@@ -458,10 +499,16 @@ ORTMEM_API void *ortmem_region_base(ortmem_region *region);
 ORTMEM_API size_t ortmem_region_size(ortmem_region *region);
 ORTMEM_API size_t ortmem_region_granule(ortmem_region *region);
 
+/* Extents in a region: a granule is mapped as part of an extent, one backend
+ * handle of k granules (k a power of two) mapped whole at k consecutive
+ * granules. An extent is committed, mapped, unmapped, shared, copied on write,
+ * exported and decommitted WHOLE (docs/memory/EXTENTS.md). */
+
 /* Maps every granule that [offset, offset+len) touches and is not mapped yet,
- * read-write. All or nothing. A freshly created granule reads as zeros; one
- * served from the pool keeps the bytes it held before (like reused CUDA
- * physical memory). */
+ * read-write, in the extents the region's policy (ortmem_region_options.
+ * extents) lays over each maximal run of unmapped granules. All or nothing. A
+ * freshly created extent reads as zeros; one served from the pool keeps the
+ * bytes it held before (like reused CUDA physical memory). */
 ORTMEM_API ortmem_status ortmem_region_commit(ortmem_region *region, size_t offset, size_t len);
 
 typedef struct ortmem_range {
@@ -470,30 +517,65 @@ typedef struct ortmem_range {
 } ortmem_range;
 
 /* As ortmem_region_commit over several ranges at once: one hold, one
- * set-access per contiguous run of new granules, all or nothing. */
+ * set-access per contiguous run of new extents, all or nothing. */
 ORTMEM_API ortmem_status ortmem_region_commit_ranges(ortmem_region *region,
                                                      const ortmem_range *ranges, size_t count);
 
-/* As ortmem_region_decommit over several ranges: every mapped granule lying
+/* Commits each range as exactly one extent: granule-aligned, a power of two
+ * of granules, every granule unmapped (ORTMEM_E_INVALID for a range that is
+ * not one extent or overlaps another, ORTMEM_E_STATE for a granule mapped or
+ * quarantined). One hold, one set-access per contiguous run; all or nothing. */
+ORTMEM_API ortmem_status ortmem_region_commit_extents(ortmem_region *region,
+                                                      const ortmem_range *extents, size_t count);
+
+typedef struct ortmem_commit_range {
+    size_t offset, length; /* bytes that must be mapped */
+    size_t window_end;     /* the tail may grow up to here (exclusive); 0 = offset + length */
+} ortmem_commit_range;
+
+/* As ortmem_region_commit_ranges with growth windows: the unmapped run at the
+ * tail of each range is laid by ortmem_extent_layout under policy (NULL = the
+ * region's) with below = the extent mapped just below it and room up to the
+ * window end or the next mapped or quarantined granule, so a growing range
+ * commits extents that grow too; other unmapped runs are laid exactly. */
+ORTMEM_API ortmem_status ortmem_region_commit_grow(ortmem_region *region,
+                                                   const ortmem_commit_range *ranges, size_t count,
+                                                   const ortmem_extent_policy *policy);
+
+/* As ortmem_region_decommit over several ranges: every mapped extent lying
  * wholly inside one of them; one unmap per contiguous run; all or nothing. */
 ORTMEM_API ortmem_status ortmem_region_decommit_ranges(ortmem_region *region,
                                                        const ortmem_range *ranges, size_t count);
 
-/* Unmaps the mapped granules lying wholly inside [offset, offset+len). All or
- * nothing; ORTMEM_E_QUARANTINED when unmaps succeeded but a release failed. */
+/* Unmaps the mapped extents lying wholly inside [offset, offset+len); an
+ * extent the range cuts stays mapped (as a granule the range covers only in
+ * part). All or nothing; ORTMEM_E_QUARANTINED when unmaps succeeded but a
+ * release failed. */
 ORTMEM_API ortmem_status ortmem_region_decommit(ortmem_region *region, size_t offset, size_t len);
 
-/* Maps src's physical granules of [src_offset, +len) into dst at dst_offset
- * with access (ORTMEM_ACCESS_READ is the usual alias). Offsets and len must be
- * granule-aligned; every source granule must be mapped and every destination
- * granule unmapped. dst may be src if the ranges do not overlap. */
+#define ORTMEM_DECOMMIT_STRICT 0x1u  /* a range that cuts a mapped extent: ORTMEM_E_RANGE */
+#define ORTMEM_DECOMMIT_NO_POOL 0x2u /* extents go back to the backend, not the pool */
+
+/* As ortmem_region_decommit_ranges with flags ORTMEM_DECOMMIT_*. STRICT: a
+ * range that cuts a mapped extent refuses with ORTMEM_E_RANGE, the detail
+ * naming the extent, and nothing changes. */
+ORTMEM_API ortmem_status ortmem_region_decommit_ex(ortmem_region *region,
+                                                   const ortmem_range *ranges, size_t count,
+                                                   unsigned flags);
+
+/* Maps src's extents of [src_offset, +len) into dst at dst_offset with access
+ * (ORTMEM_ACCESS_READ is the usual alias); each gains one mapper. Offsets and
+ * len must be granule-aligned and the source range a union of whole extents
+ * (ORTMEM_E_RANGE naming the extent it cuts); every source granule must be
+ * mapped and every destination granule unmapped. dst may be src if the ranges
+ * do not overlap. */
 ORTMEM_API ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offset,
                                              ortmem_region *src, size_t src_offset, size_t len,
                                              ortmem_access access);
 
-/* Replaces every shared granule (mapped elsewhere too) that [offset, +len)
- * touches with a private read-write copy at the same VA. Needs the backend's
- * copy primitive and readable granules. All or nothing. */
+/* Replaces every shared extent (mapped elsewhere too) that [offset, +len)
+ * touches with a private read-write copy of the whole extent at the same VA.
+ * Needs the backend's copy primitive and readable granules. All or nothing. */
 ORTMEM_API ortmem_status ortmem_region_cow(ortmem_region *region, size_t offset, size_t len);
 
 /* Copies len bytes between mapped, readable (source) and writable
@@ -521,7 +603,11 @@ typedef struct ortmem_granule_info {
     size_t struct_size;
     ortmem_granule_state state;
     ortmem_access access;
-    uint32_t mappers; /* regions mapping this physical granule (1 = private) */
+    uint32_t mappers;         /* mappings of this granule's extent (1 = private; an alias
+                         inside one region counts again) */
+    size_t extent_offset;     /* region offset of the extent's first byte (mapped or
+                                 quarantined granules; 0 otherwise) */
+    uint32_t extent_granules; /* granules in the extent; 0 when unmapped */
 } ortmem_granule_info;
 
 /* Describes the granule holding byte offset. */
@@ -554,8 +640,10 @@ ORTMEM_API ortmem_status ortmem_region_range_state(ortmem_region *region, size_t
  * the region has none. */
 ORTMEM_API ortmem_status ortmem_region_account(ortmem_region *region, ortmem_account *account);
 
-/* Exports the physical granule at offset (region created ORTMEM_REGION_EXPORTABLE)
- * as a new file descriptor the caller owns and must close. */
+/* Exports the physical extent whose first granule holds offset (region created
+ * ORTMEM_REGION_EXPORTABLE; ORTMEM_E_RANGE for an offset past the extent's
+ * first granule), the whole extent, as a new file descriptor the caller owns
+ * and must close. */
 ORTMEM_API ortmem_status ortmem_region_export(ortmem_region *region, size_t offset, int *fd);
 
 /* Maps a granule imported from fd at the unmapped, granule-aligned offset. */

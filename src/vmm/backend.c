@@ -102,6 +102,7 @@ ortmem_status ortmem_backend_create(const ortmem_backend_ops *ops, void *self, o
     b->self = self;
     b->granule_min = minimum;
     b->granule = recommended;
+    om_pool_init(b);
     pthread_mutex_init(&b->lock, NULL);
     pthread_mutex_init(&b->events.lock, NULL);
     st = om_handle_register(&b->hdr, OM_KIND_BACKEND);
@@ -219,7 +220,7 @@ ortmem_status ortmem_backend_set_accounts(ortmem_backend *b, const ortmem_accoun
         /* Granules already pooled or quarantined move to the new accounts. */
         uint64_t stuck_mapped = om_counter_get(&b->ledger.quarantined_mapped);
         om_account_move(&b->pool_account, &pool_account, b->pool.bytes, 0);
-        for (size_t i = 0; i < b->pool.count; i++)
+        for (size_t i = b->pool.head; i < b->pool.count; i++)
             om_phys_set_owner(b->pool.items[i], &pool_account);
         uint64_t quarantined = 0;
         for (size_t i = 0; i < b->quarantine_count; i++) {

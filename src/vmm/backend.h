@@ -18,6 +18,7 @@ typedef struct om_ledger {
     om_counter owned_granules, mapped_granules, reserved;
     om_counter quarantined, quarantined_mapped, quarantined_granules, leaked_va;
     om_counter pool_hits, pool_misses;
+    om_counter owned_extents, mapped_extents, quarantined_extents;
     om_counter calls[ORTMEM_OP_COUNT];
     om_counter failures[ORTMEM_OP_COUNT];
     om_counter saturations;
@@ -26,22 +27,33 @@ typedef struct om_ledger {
 #define OM_PHYS_EXPORTABLE 0x1u
 #define OM_PHYS_IMPORTED 0x2u
 
-/* One physical granule. mappers counts the region slots that map it; owner is
- * the account its owned bytes are charged to (copied: it outlives regions). */
+/* One physical extent: one backend handle of granules granules (k >= 1),
+ * size = k * granule, always mapped whole. mappers counts the region mappings
+ * of the whole extent (one per (region, extent) mapping, not per slot); owner
+ * is the account its owned bytes are charged to (copied: it outlives regions). */
 typedef struct om_phys {
     uint64_t handle;
     size_t size;
+    uint32_t granules;
     _Atomic unsigned mappers;
     unsigned flags;
     bool quarantined; /* quarantined: never released nor reused */
     om_account owner;
 } om_phys;
 
+/* Pooled extents, oldest first. Extents are kept by size: class c holds
+ * extents of exactly 2^c granules, up to max_class; a take serves only its
+ * own class (a handle is never split nor composed), trim goes oldest first
+ * across classes. */
 typedef struct om_pool {
-    om_phys **items;
-    size_t count, capacity_items;
+    om_phys **items; /* the pooled ones are items[head, count), oldest first */
+    size_t head, count, capacity_items;
     size_t cap_bytes;
     size_t bytes;
+    unsigned max_class; /* log2 of the largest pooled extent's granules */
+    uint64_t class_count[ORTMEM_POOL_CLASSES_MAX];
+    uint64_t hits[ORTMEM_POOL_CLASSES_MAX], misses[ORTMEM_POOL_CLASSES_MAX];
+    uint64_t unpoolable_releases; /* extents of no class (size), released instead */
 } om_pool;
 
 /* The events a backend handed out and nobody destroyed yet (backend.c), so
@@ -107,27 +119,34 @@ ortmem_status om_backend_event_destroy(ortmem_backend *b, uint64_t event);
 /* All three event slots present. */
 bool om_backend_has_events(const ortmem_backend *b);
 
-/* Ledger movements (ledger.c). */
+/* Ledger movements (ledger.c): owned per extent (bytes of one extent),
+ * mapped per mapping (bytes of extents whole extents). */
 void om_ledger_owned_add(ortmem_backend *b, size_t bytes);
 void om_ledger_owned_sub(ortmem_backend *b, size_t bytes);
-void om_ledger_mapped_add(ortmem_backend *b, size_t bytes);
-void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes);
+void om_ledger_mapped_add(ortmem_backend *b, size_t bytes, size_t extents);
+void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes, size_t extents);
 void om_ledger_count(om_counter *counter, uint64_t n, ortmem_backend *b);
 
-/* Physical granules (physical.c). */
-/* A pooled granule for a new mapping, its charge moved from the pool to owner;
- * NULL when the pool is empty or flags make the granule unpoolable. */
-om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner);
-/* Creates a granule and charges owner for it (out of owner's hold). */
+/* Physical extents (physical.c). */
+/* om_phys_drop / om_phys_discard flags: release instead of pooling. */
+#define OM_DROP_NO_POOL 0x1u
+/* A pooled extent of granules granules for a new mapping, its charge moved
+ * from the pool to owner; NULL when the pool has none of that size or flags
+ * make it unpoolable. */
+om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner,
+                             uint32_t granules);
+/* Creates an extent of granules granules and charges owner for it (out of
+ * owner's hold). */
 ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account *owner,
-                             om_phys **out);
+                             uint32_t granules, om_phys **out);
 /* A granule imported from fd, charged to owner. */
 ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner, om_phys **out);
-/* Drops one mapper; the last one returns the granule to the pool or releases
- * it. A failed release quarantines it and returns ORTMEM_E_QUARANTINED. */
-ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p);
-/* Gives back a granule that was acquired but never mapped. */
-ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p);
+/* Drops one mapper; the last one returns the extent to the pool (unless
+ * OM_DROP_NO_POOL) or releases it. A failed release quarantines it and
+ * returns ORTMEM_E_QUARANTINED. */
+ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p, unsigned drop_flags);
+/* Gives back an extent that was acquired but never mapped. */
+ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p, unsigned drop_flags);
 /* Moves the granule's owner copy (retaining the new account first). */
 void om_phys_set_owner(om_phys *p, const om_account *owner);
 /* Quarantines a granule: it stays owned and is reported, never reused; its charge
@@ -140,8 +159,14 @@ void om_quarantine_mapping(ortmem_backend *b, const om_account *from, size_t byt
 ortmem_status om_phys_release(ortmem_backend *b, om_phys *p);
 
 /* Pool (pool.c); the caller holds b->lock. */
-om_phys *om_pool_take_locked(ortmem_backend *b);
+/* The newest pooled extent of exactly granules granules, or NULL (a miss of
+ * its class is counted). */
+om_phys *om_pool_take_locked(ortmem_backend *b, uint32_t granules);
+/* Counts a miss of granules' class (a take that was not tried). */
+void om_pool_count_miss_locked(ortmem_backend *b, uint32_t granules);
 bool om_pool_put_locked(ortmem_backend *b, om_phys *p);
+/* Sets the pool defaults at backend creation. */
+void om_pool_init(ortmem_backend *b);
 void om_pool_teardown(ortmem_backend *b);
 
 #endif

@@ -12,7 +12,8 @@ void om_ledger_owned_add(ortmem_backend *b, size_t bytes)
 {
     om_ledger *l = &b->ledger;
     om_counter_add(&l->owned, bytes, &l->saturations);
-    om_counter_add(&l->owned_granules, 1, &l->saturations);
+    om_counter_add(&l->owned_granules, bytes / b->granule, &l->saturations);
+    om_counter_add(&l->owned_extents, 1, &l->saturations);
     om_counter_max(&l->owned_peak, om_counter_get(&l->owned));
 }
 
@@ -20,22 +21,25 @@ void om_ledger_owned_sub(ortmem_backend *b, size_t bytes)
 {
     om_ledger *l = &b->ledger;
     om_counter_sub(&l->owned, bytes, &l->saturations);
-    om_counter_sub(&l->owned_granules, 1, &l->saturations);
+    om_counter_sub(&l->owned_granules, bytes / b->granule, &l->saturations);
+    om_counter_sub(&l->owned_extents, 1, &l->saturations);
 }
 
-void om_ledger_mapped_add(ortmem_backend *b, size_t bytes)
+void om_ledger_mapped_add(ortmem_backend *b, size_t bytes, size_t extents)
 {
     om_ledger *l = &b->ledger;
     om_counter_add(&l->mapped, bytes, &l->saturations);
     om_counter_add(&l->mapped_granules, bytes / b->granule, &l->saturations);
+    om_counter_add(&l->mapped_extents, extents, &l->saturations);
     om_counter_max(&l->mapped_peak, om_counter_get(&l->mapped));
 }
 
-void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes)
+void om_ledger_mapped_sub(ortmem_backend *b, size_t bytes, size_t extents)
 {
     om_ledger *l = &b->ledger;
     om_counter_sub(&l->mapped, bytes, &l->saturations);
     om_counter_sub(&l->mapped_granules, bytes / b->granule, &l->saturations);
+    om_counter_sub(&l->mapped_extents, extents, &l->saturations);
 }
 
 ortmem_status ortmem_backend_stats(ortmem_backend *b, ortmem_vmm_stats *stats)
@@ -69,6 +73,9 @@ ortmem_status ortmem_backend_stats(ortmem_backend *b, ortmem_vmm_stats *stats)
         s.failures[i] = om_counter_get(&l->failures[i]);
     }
     s.saturations = om_counter_get(&l->saturations);
+    s.owned_extents = om_counter_get(&l->owned_extents);
+    s.mapped_extents = om_counter_get(&l->mapped_extents);
+    s.quarantined_extents = om_counter_get(&l->quarantined_extents);
     pthread_mutex_lock(&b->lock);
     s.pool_bytes = b->pool.bytes;
     s.pool_cap_bytes = b->pool.cap_bytes;

@@ -1,5 +1,6 @@
-/* Physical granules: creation, pooling, release and quarantine, each moving
- * the granule's owned charge between accounts (owner, pool, quarantine). */
+/* Physical extents (one backend handle of k granules): creation, pooling,
+ * release and quarantine, each moving the extent's owned charge between
+ * accounts (owner, pool, quarantine). */
 #include <stdlib.h>
 
 #include "core/alloc.h"
@@ -19,14 +20,15 @@ void om_phys_set_owner(om_phys *p, const om_account *owner)
     om_account_drop(&previous);
 }
 
-om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner)
+om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account *owner,
+                             uint32_t granules)
 {
     if (!om_poolable(flags))
         return NULL;
     /* The charge moves under the pool lock so that the pool account never
      * sees a take before the matching put (lock order: backend, then account). */
     pthread_mutex_lock(&b->lock);
-    om_phys *p = om_pool_take_locked(b);
+    om_phys *p = om_pool_take_locked(b, granules);
     if (p) {
         om_account_move(&b->pool_account, owner, p->size, 0);
         om_phys_set_owner(p, owner);
@@ -37,12 +39,13 @@ om_phys *om_phys_take_pooled(ortmem_backend *b, unsigned flags, const om_account
 }
 
 static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, const om_account *owner,
-                                 om_phys **out)
+                                 uint32_t granules, om_phys **out)
 {
     om_phys *p = om_calloc(1, sizeof *p);
     if (!p)
-        return OM_ERR(ORTMEM_E_NOMEM, "granule bookkeeping: %zu bytes", sizeof *p);
-    p->size = b->granule;
+        return OM_ERR(ORTMEM_E_NOMEM, "extent bookkeeping: %zu bytes", sizeof *p);
+    p->granules = granules;
+    p->size = (size_t)granules * b->granule;
     p->flags = flags;
     p->owner = om_account_copy(owner);
     *out = p;
@@ -50,10 +53,10 @@ static ortmem_status om_phys_new(ortmem_backend *b, unsigned flags, const om_acc
 }
 
 ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account *owner,
-                             om_phys **out)
+                             uint32_t granules, om_phys **out)
 {
     om_phys *p = NULL;
-    ortmem_status st = om_phys_new(b, flags, owner, &p);
+    ortmem_status st = om_phys_new(b, flags, owner, granules, &p);
     if (st != ORTMEM_OK)
         return st;
     unsigned create_flags = (flags & OM_PHYS_EXPORTABLE) ? ORTMEM_CREATE_EXPORTABLE : 0;
@@ -72,7 +75,7 @@ ortmem_status om_phys_create(ortmem_backend *b, unsigned flags, const om_account
 ortmem_status om_phys_import(ortmem_backend *b, int fd, const om_account *owner, om_phys **out)
 {
     om_phys *p = NULL;
-    ortmem_status st = om_phys_new(b, OM_PHYS_IMPORTED, owner, &p);
+    ortmem_status st = om_phys_new(b, OM_PHYS_IMPORTED, owner, 1, &p);
     if (st != ORTMEM_OK)
         return st;
     st = om_backend_import(b, fd, p->size, &p->handle);
@@ -114,11 +117,13 @@ void om_phys_quarantine(ortmem_backend *b, om_phys *p)
     pthread_mutex_unlock(&b->lock);
     if (fresh) {
         om_ledger_count(&b->ledger.quarantined, p->size, b);
-        om_ledger_count(&b->ledger.quarantined_granules, 1, b);
+        om_ledger_count(&b->ledger.quarantined_granules, p->granules, b);
+        om_ledger_count(&b->ledger.quarantined_extents, 1, b);
         om_account_move(&p->owner, &b->quarantine_account, p->size, 0);
         om_phys_set_owner(p, &b->quarantine_account);
-        om_log(ORTMEM_LOG_WARN, "backend '%s': granule of %zu bytes quarantined after: %s",
-               b->ops.name, p->size, ortmem_last_error());
+        om_log(ORTMEM_LOG_WARN,
+               "backend '%s': extent of %u granule%s (%zu bytes) quarantined after: %s",
+               b->ops.name, p->granules, p->granules == 1 ? "" : "s", p->size, ortmem_last_error());
     }
 }
 
@@ -128,7 +133,9 @@ ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
     if (st != ORTMEM_OK) {
         om_phys_quarantine(b, p);
         return om_error_wrap(ORTMEM_E_QUARANTINED,
-                             "granule of %zu bytes quarantined after a failed release", p->size);
+                             "extent of %u granule%s (%zu bytes) quarantined after a failed "
+                             "release",
+                             p->granules, p->granules == 1 ? "" : "s", p->size);
     }
     om_ledger_owned_sub(b, p->size);
     om_account_refund(&p->owner, p->size, 0);
@@ -137,9 +144,9 @@ ortmem_status om_phys_release(ortmem_backend *b, om_phys *p)
     return ORTMEM_OK;
 }
 
-ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p)
+ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p, unsigned drop_flags)
 {
-    if (om_poolable(p->flags)) {
+    if (om_poolable(p->flags) && !(drop_flags & OM_DROP_NO_POOL)) {
         pthread_mutex_lock(&b->lock);
         bool kept = om_pool_put_locked(b, p);
         if (kept) {
@@ -153,10 +160,10 @@ ortmem_status om_phys_discard(ortmem_backend *b, om_phys *p)
     return om_phys_release(b, p);
 }
 
-ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p)
+ortmem_status om_phys_drop(ortmem_backend *b, om_phys *p, unsigned drop_flags)
 {
     unsigned before = atomic_fetch_sub(&p->mappers, 1);
     if (before != 1 || p->quarantined)
         return ORTMEM_OK;
-    return om_phys_discard(b, p);
+    return om_phys_discard(b, p, drop_flags);
 }

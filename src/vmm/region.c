@@ -85,6 +85,8 @@ static ortmem_status read_options(const ortmem_region_options *options, ortmem_r
         return OM_ERR(ORTMEM_E_INVALID, "region create: size is 0");
     if (opt->flags & ~(unsigned)ORTMEM_REGION_EXPORTABLE)
         return OM_ERR(ORTMEM_E_INVALID, "region create: unknown flags 0x%x", opt->flags);
+    if (opt->extents.struct_size == 0) /* a zeroed policy: one extent per granule */
+        opt->extents = (ortmem_extent_policy){sizeof opt->extents, ORTMEM_EXTENT_GRANULE, 0};
     return ORTMEM_OK;
 }
 
@@ -99,6 +101,10 @@ static ortmem_status size_for_granule(const ortmem_region_options *opt, size_t g
                       "region create: %zu bytes rounded to the granule %zu "
                       "overflows",
                       opt->size, g);
+    uint64_t cap = 0;
+    ortmem_status st = ortmem_extent_cap_granules(&opt->extents, g, &cap);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "region create: extent policy");
     *align = opt->alignment ? opt->alignment : g;
     if (*align & (*align - 1) || *align < g)
         return OM_ERR(ORTMEM_E_ALIGN,
@@ -134,6 +140,7 @@ static void init_region(ortmem_region *r, ortmem_backend *b, const ortmem_region
     r->granule = b->granule;
     r->count = size / b->granule;
     r->flags = opt->flags;
+    r->extents = opt->extents;
     r->traced = traced;
     r->report_requested = report_requested;
     r->account = *account;
@@ -211,13 +218,13 @@ static ortmem_status destroy_run(ortmem_region *r, size_t i, size_t len)
     size_t bytes = len * r->granule;
     if (om_backend_unmap(r->backend, om_region_va(r, i), bytes) != ORTMEM_OK) {
         for (size_t k = i; k < i + len; k++)
-            om_region_quarantine_slot(r, k, r->slots[k].phys, true);
+            om_region_quarantine_slot(r, k, r->slots[k].phys, r->slots[k].index, true);
         return ORTMEM_E_QUARANTINED;
     }
-    om_region_mapped_out(r, bytes);
+    om_region_mapped_out(r, i, len);
     ortmem_status result = ORTMEM_OK;
     for (size_t k = i; k < i + len; k++) {
-        if (om_region_drop_slot(r, k) != ORTMEM_OK)
+        if (om_region_drop_slot(r, k, 0) != ORTMEM_OK)
             result = ORTMEM_E_QUARANTINED;
     }
     return result;
@@ -333,10 +340,18 @@ ortmem_status ortmem_region_granule_info(ortmem_region *r, size_t offset, ortmem
         st = OM_ERR(ORTMEM_E_RANGE, "region granule info: offset %zu outside %zu bytes", offset,
                     r->size);
     } else {
-        om_slot *s = &r->slots[offset / r->granule];
-        ortmem_granule_info out = {sizeof out, (ortmem_granule_state)s->state,
+        size_t i = offset / r->granule;
+        om_slot *s = &r->slots[i];
+        ortmem_granule_info out = {sizeof out,
+                                   (ortmem_granule_state)s->state,
                                    (ortmem_access)s->access,
-                                   s->phys ? atomic_load(&s->phys->mappers) : 0};
+                                   s->phys ? atomic_load(&s->phys->mappers) : 0,
+                                   0,
+                                   0};
+        if (s->phys) {
+            out.extent_offset = om_extent_first(r, i) * r->granule;
+            out.extent_granules = s->phys->granules;
+        }
         out.struct_size = info->struct_size;
         memcpy(info, &out, info->struct_size);
     }

@@ -63,10 +63,10 @@ static void note_requested(ortmem_region *r, size_t g0, size_t n, size_t offset,
     om_account_requested(&r->account, delta);
 }
 
-/* Marks the unmapped granules of every range in want[] (relative to g0) and
- * counts them in *wanted; a quarantined granule in a range refuses the commit. */
+/* Marks the unmapped granules of every range in want[] (relative to g0); a
+ * quarantined granule in a range refuses the commit. */
 static ortmem_status select_unmapped(const ortmem_region *r, const ortmem_range *ranges,
-                                     size_t count, size_t g0, size_t n, bool *want, size_t *wanted)
+                                     size_t count, size_t g0, bool *want)
 {
     for (size_t i = 0; i < count; i++) {
         size_t first, last;
@@ -78,19 +78,56 @@ static ortmem_status select_unmapped(const ortmem_region *r, const ortmem_range 
         for (size_t k = first; k <= last; k++)
             want[k - g0] = r->slots[k].state == ORTMEM_GRANULE_UNMAPPED;
     }
-    for (size_t k = 0; k < n; k++)
-        *wanted += want[k];
     return ORTMEM_OK;
 }
 
-/* Acquires and maps the wanted granules, charged to the account. */
-static ortmem_status commit_granules(ortmem_region *r, size_t g0, size_t n, const bool *want,
-                                     om_phys **phys, size_t wanted)
+/* Lays policy's extents over the run ext[at, at + need) (relative): below is
+ * the extent just below, room the granules free from at. Writes each
+ * extent's granules at its first entry; *laid = granules covered. */
+static ortmem_status lay_run(const ortmem_region *r, const ortmem_extent_policy *policy,
+                             uint64_t below, size_t need, size_t room, uint32_t *ext, size_t at,
+                             uint64_t *sizes, size_t *laid)
+{
+    size_t count = 0;
+    ortmem_status st =
+        ortmem_extent_layout(policy, r->granule, below, need, room, sizes, need, &count);
+    if (st != ORTMEM_OK)
+        return st;
+    size_t k = at;
+    for (size_t e = 0; e < count; e++) {
+        if (sizes[e] > UINT32_MAX || sizes[e] > room - (k - at))
+            return OM_ERR(ORTMEM_E_RANGE, "extent of %llu granules does not fit",
+                          (unsigned long long)sizes[e]);
+        ext[k] = (uint32_t)sizes[e];
+        k += (size_t)sizes[e];
+    }
+    *laid = k - at;
+    return ORTMEM_OK;
+}
+
+/* ext[] for every maximal run of want[]: the region's policy, an exact ask. */
+static ortmem_status plan_runs(const ortmem_region *r, size_t n, const bool *want, uint32_t *ext,
+                               uint64_t *sizes, size_t *wanted)
+{
+    size_t i = 0;
+    for (size_t len; (len = om_next_run(want, &i, n)) != 0; i += len) {
+        size_t laid = 0;
+        ortmem_status st = lay_run(r, &r->extents, 0, len, len, ext, i, sizes, &laid);
+        if (st != ORTMEM_OK)
+            return st;
+        *wanted += laid;
+    }
+    return ORTMEM_OK;
+}
+
+/* Acquires and maps the planned extents, charged to the account. */
+static ortmem_status commit_extents(ortmem_region *r, size_t g0, size_t n, const uint32_t *ext,
+                                    om_phys **phys, size_t wanted)
 {
     om_hold hold = {0, 0};
     size_t pooled_end = 0;
     ortmem_status st =
-        om_region_acquire(r, n, want, phys, (uint64_t)wanted * r->granule, &hold, &pooled_end);
+        om_region_acquire(r, n, ext, phys, (uint64_t)wanted * r->granule, &hold, &pooled_end);
     if (st == ORTMEM_OK) {
         st = om_region_map(r, g0, n, phys, ORTMEM_ACCESS_READ_WRITE, &hold);
         if (st != ORTMEM_OK)
@@ -117,39 +154,71 @@ static void note_committed(ortmem_region *r, const ortmem_range *ranges, size_t 
     }
 }
 
-static ortmem_status commit_failed(ortmem_status st, const ortmem_range *ranges, size_t count,
-                                   size_t wanted)
+static ortmem_status commit_failed(ortmem_status st, const char *what, const ortmem_range *ranges,
+                                   size_t count, size_t wanted)
 {
     if (count == 1)
-        return om_error_wrap(st, "region commit [%zu, +%zu) of %zu granule%s", ranges[0].offset,
+        return om_error_wrap(st, "%s [%zu, +%zu) of %zu granule%s", what, ranges[0].offset,
                              ranges[0].length, wanted, wanted == 1 ? "" : "s");
-    return om_error_wrap(st, "region commit of %zu ranges (%zu granule%s)", count, wanted,
+    return om_error_wrap(st, "%s of %zu ranges (%zu granule%s)", what, count, wanted,
                          wanted == 1 ? "" : "s");
+}
+
+/* The bookkeeping of one commit over n granules from g0: the extents laid
+ * (ext), the extents got (phys), the granules wanted, scratch for layouts. */
+typedef struct commit_plan {
+    size_t g0, n, wanted;
+    uint32_t *ext;
+    om_phys **phys;
+    bool *want;
+    uint64_t *sizes;
+} commit_plan;
+
+static ortmem_status plan_alloc(commit_plan *plan, const char *what)
+{
+    size_t n = plan->n;
+    plan->phys = om_calloc(n, sizeof *plan->phys);
+    plan->ext = plan->phys ? om_calloc(n, sizeof *plan->ext) : NULL;
+    plan->want = plan->ext ? om_calloc(n, sizeof *plan->want) : NULL;
+    plan->sizes = plan->want ? om_calloc(n, sizeof *plan->sizes) : NULL;
+    if (!plan->sizes)
+        return OM_ERR(ORTMEM_E_NOMEM, "%s: bookkeeping for %zu granules", what, n);
+    return ORTMEM_OK;
+}
+
+static void plan_free(commit_plan *plan)
+{
+    om_free(plan->sizes);
+    om_free(plan->want);
+    om_free(plan->ext);
+    om_free(plan->phys);
+}
+
+/* Maps the planned extents and notes the ranges; words a failure. */
+static ortmem_status commit_planned(ortmem_region *r, commit_plan *plan, ortmem_status st,
+                                    const char *what, const ortmem_range *ranges, size_t count)
+{
+    if (st == ORTMEM_OK && plan->wanted)
+        st = commit_extents(r, plan->g0, plan->n, plan->ext, plan->phys, plan->wanted);
+    if (st == ORTMEM_OK)
+        note_committed(r, ranges, count);
+    else
+        st = commit_failed(st, what, ranges, count, plan->wanted);
+    plan_free(plan);
+    return st;
 }
 
 static ortmem_status commit_locked(ortmem_region *r, const ortmem_range *ranges, size_t count)
 {
-    size_t g0 = 0, n = 0, wanted = 0;
-    om_phys **phys = NULL;
-    bool *want = NULL;
-    ortmem_status st = ranges_span(r, ranges, count, "region commit", &g0, &n);
-    if (st == ORTMEM_OK) {
-        phys = om_calloc(n, sizeof *phys);
-        want = phys ? om_calloc(n, sizeof *want) : NULL;
-        if (!want)
-            st = OM_ERR(ORTMEM_E_NOMEM, "region commit: bookkeeping for %zu granules", n);
-    }
+    commit_plan plan = {0};
+    ortmem_status st = ranges_span(r, ranges, count, "region commit", &plan.g0, &plan.n);
     if (st == ORTMEM_OK)
-        st = select_unmapped(r, ranges, count, g0, n, want, &wanted);
-    if (st == ORTMEM_OK && wanted)
-        st = commit_granules(r, g0, n, want, phys, wanted);
+        st = plan_alloc(&plan, "region commit");
     if (st == ORTMEM_OK)
-        note_committed(r, ranges, count);
-    else
-        st = commit_failed(st, ranges, count, wanted);
-    om_free(want);
-    om_free(phys);
-    return st;
+        st = select_unmapped(r, ranges, count, plan.g0, plan.want);
+    if (st == ORTMEM_OK)
+        st = plan_runs(r, plan.n, plan.want, plan.ext, plan.sizes, &plan.wanted);
+    return commit_planned(r, &plan, st, "region commit", ranges, count);
 }
 
 ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges, size_t count,
@@ -182,27 +251,266 @@ ortmem_status ortmem_region_commit(ortmem_region *r, size_t offset, size_t len)
     return ortmem_region_commit_ranges(r, &range, 1);
 }
 
-/* ---- decommit ---- */
+/* ---- commit whole extents ---- */
 
-/* Marks in sel[] (relative to g0) the mapped granules wholly inside a range. */
-static void select_whole_mapped(const ortmem_region *r, const ortmem_range *ranges, size_t count,
-                                size_t g0, bool *sel)
+static bool pow2(uint64_t v)
 {
-    for (size_t i = 0; i < count; i++) {
-        size_t first = (ranges[i].offset + r->granule - 1) / r->granule;
-        size_t end = (ranges[i].offset + ranges[i].length) / r->granule;
-        for (size_t k = first; k < end; k++)
-            sel[k - g0] = r->slots[k].state == ORTMEM_GRANULE_MAPPED;
-    }
+    return v && (v & (v - 1)) == 0;
 }
 
-/* Unmaps the selected granules (nothing changes if an unmap fails) and drops them. */
+/* Each range one extent: aligned, a power of two of granules, every granule
+ * unmapped and in no other range. */
+static ortmem_status plan_exact(const ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                commit_plan *plan)
+{
+    const char *what = "region commit extents";
+    for (size_t i = 0; i < count; i++) {
+        size_t first = ranges[i].offset / r->granule, k = ranges[i].length / r->granule;
+        if (ranges[i].offset % r->granule || ranges[i].length % r->granule || !pow2(k) ||
+            k > UINT32_MAX)
+            return OM_ERR(ORTMEM_E_INVALID,
+                          "%s: range %zu [%zu, +%zu) is not one extent (granule-aligned, a "
+                          "power of two of %zu-byte granules)",
+                          what, i, ranges[i].offset, ranges[i].length, r->granule);
+        for (size_t g = first; g < first + k; g++) {
+            if (r->slots[g].state != ORTMEM_GRANULE_UNMAPPED)
+                return OM_ERR(
+                    ORTMEM_E_STATE, "%s: granule at offset %zu is %s", what, g * r->granule,
+                    r->slots[g].state == ORTMEM_GRANULE_MAPPED ? "already mapped" : "quarantined");
+            if (plan->want[g - plan->g0])
+                return OM_ERR(ORTMEM_E_INVALID, "%s: range %zu overlaps an earlier one", what, i);
+            plan->want[g - plan->g0] = true;
+        }
+        plan->ext[first - plan->g0] = (uint32_t)k;
+        plan->wanted += k;
+    }
+    return ORTMEM_OK;
+}
+
+static ortmem_status commit_extents_locked(ortmem_region *r, const ortmem_range *ranges,
+                                           size_t count)
+{
+    const char *what = "region commit extents";
+    commit_plan plan = {0};
+    ortmem_status st = ranges_span(r, ranges, count, what, &plan.g0, &plan.n);
+    if (st == ORTMEM_OK)
+        st = plan_alloc(&plan, what);
+    if (st == ORTMEM_OK)
+        st = plan_exact(r, ranges, count, &plan);
+    return commit_planned(r, &plan, st, what, ranges, count);
+}
+
+/* ---- commit with growth windows ---- */
+
+/* Granules of the extent holding granule g (mapped, or planned by this call
+ * in cover[]); 0 when none. */
+static uint64_t extent_below(const ortmem_region *r, const commit_plan *plan, const uint32_t *cover,
+                             size_t g)
+{
+    const om_slot *s = &r->slots[g];
+    if (s->state == ORTMEM_GRANULE_MAPPED)
+        return s->phys->granules;
+    if (g >= plan->g0 && g < plan->g0 + plan->n)
+        return cover[g - plan->g0];
+    return 0;
+}
+
+/* Free for growth: unmapped and not planned already. */
+static bool grow_free(const ortmem_region *r, const commit_plan *plan, size_t g)
+{
+    return r->slots[g].state == ORTMEM_GRANULE_UNMAPPED && !plan->want[g - plan->g0];
+}
+
+/* Lays the unmapped runs of granules [first, last]; the run reaching last
+ * may grow up to wend (exclusive) or the first granule that is not free. */
+static ortmem_status plan_grow_range(const ortmem_region *r, const ortmem_extent_policy *policy,
+                                     size_t first, size_t last, size_t wend, commit_plan *plan,
+                                     uint32_t *cover)
+{
+    for (size_t a = first; a <= last;) {
+        if (!grow_free(r, plan, a)) {
+            a++;
+            continue;
+        }
+        size_t b = a;
+        while (b <= last && grow_free(r, plan, b))
+            b++;
+        size_t room = b - a;
+        if (b == last + 1) {
+            while (a + room < wend && grow_free(r, plan, a + room))
+                room++;
+        }
+        uint64_t below = a > 0 ? extent_below(r, plan, cover, a - 1) : 0;
+        size_t rel = a - plan->g0, laid = 0;
+        ortmem_status st =
+            lay_run(r, policy, below, b - a, room, plan->ext, rel, plan->sizes, &laid);
+        if (st != ORTMEM_OK)
+            return st;
+        for (size_t k = rel; k < rel + laid; k += plan->ext[k]) {
+            for (uint32_t j = 0; j < plan->ext[k]; j++) {
+                plan->want[k + j] = true;
+                cover[k + j] = plan->ext[k];
+            }
+        }
+        plan->wanted += laid;
+        a += laid;
+    }
+    return ORTMEM_OK;
+}
+
+/* Checks the growth ranges, gives their plain ranges (for the requested
+ * bytes) and the granule span their windows cover. */
+static ortmem_status grow_span(const ortmem_region *r, const ortmem_commit_range *ranges,
+                               size_t count, ortmem_range *plain, commit_plan *plan)
+{
+    const char *what = "region commit grow";
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t i = 0; i < count; i++) {
+        const ortmem_commit_range *c = &ranges[i];
+        ortmem_status st = om_region_check_range(r, c->offset, c->length, what);
+        if (st != ORTMEM_OK)
+            return om_error_wrap(st, "range %zu of %zu", i, count);
+        size_t end = c->window_end ? c->window_end : c->offset + c->length;
+        if (end < c->offset + c->length || end > r->size)
+            return OM_ERR(ORTMEM_E_RANGE,
+                          "%s: range %zu [%zu, +%zu) has window end %zu outside [%zu, %zu]", what,
+                          i, c->offset, c->length, c->window_end, c->offset + c->length, r->size);
+        plain[i] = (ortmem_range){c->offset, c->length};
+        size_t first = c->offset / r->granule, wend = (end + r->granule - 1) / r->granule;
+        st = om_region_check_unquarantined(
+            r, first, (c->offset + c->length - 1) / r->granule - first + 1, what);
+        if (st != ORTMEM_OK)
+            return st;
+        lo = first < lo ? first : lo;
+        hi = wend > hi ? wend : hi;
+    }
+    plan->g0 = lo;
+    plan->n = hi - lo;
+    return ORTMEM_OK;
+}
+
+static ortmem_status commit_grow_locked(ortmem_region *r, const ortmem_commit_range *ranges,
+                                        size_t count, const ortmem_extent_policy *policy)
+{
+    const char *what = "region commit grow";
+    if (!ranges || count == 0)
+        return OM_ERR(ORTMEM_E_INVALID, "%s: no ranges", what);
+    uint64_t cap = 0;
+    ortmem_status st = ortmem_extent_cap_granules(policy, r->granule, &cap);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "%s: policy", what);
+    ortmem_range *plain = om_calloc(count, sizeof *plain);
+    if (!plain)
+        return OM_ERR(ORTMEM_E_NOMEM, "%s: bookkeeping for %zu ranges", what, count);
+    commit_plan plan = {0};
+    uint32_t *cover = NULL;
+    st = grow_span(r, ranges, count, plain, &plan);
+    if (st == ORTMEM_OK)
+        st = plan_alloc(&plan, what);
+    if (st == ORTMEM_OK && !(cover = om_calloc(plan.n, sizeof *cover)))
+        st = OM_ERR(ORTMEM_E_NOMEM, "%s: bookkeeping for %zu granules", what, plan.n);
+    for (size_t i = 0; st == ORTMEM_OK && i < count; i++) {
+        const ortmem_commit_range *c = &ranges[i];
+        size_t end = c->window_end ? c->window_end : c->offset + c->length;
+        st = plan_grow_range(r, policy, c->offset / r->granule,
+                             (c->offset + c->length - 1) / r->granule,
+                             (end + r->granule - 1) / r->granule, &plan, cover);
+    }
+    om_free(cover);
+    st = commit_planned(r, &plan, st, what, plain, count);
+    om_free(plain);
+    return st;
+}
+
+/* ---- one commit call, with relief ---- */
+
+typedef enum commit_kind { COMMIT_EXTENTS, COMMIT_GROW } commit_kind;
+
+typedef struct commit_call {
+    commit_kind kind;
+    const ortmem_range *ranges;
+    const ortmem_commit_range *grow;
+    size_t count;
+    const ortmem_extent_policy *policy;
+} commit_call;
+
+static ortmem_status commit_call_once(ortmem_region *r, const commit_call *c, om_relief *relief)
+{
+    om_error_clear();
+    ortmem_status st = om_region_lock(r, "region commit");
+    if (st != ORTMEM_OK)
+        return st;
+    r->relief = relief;
+    if (c->kind == COMMIT_EXTENTS)
+        st = commit_extents_locked(r, c->ranges, c->count);
+    else
+        st = commit_grow_locked(r, c->grow, c->count, c->policy ? c->policy : &r->extents);
+    r->relief = NULL;
+    om_region_unlock(r);
+    return st;
+}
+
+static ortmem_status commit_call_run(ortmem_region *r, const commit_call *c)
+{
+    om_relief relief = {0};
+    ortmem_status st = commit_call_once(r, c, &relief);
+    if (om_relief_run(&relief, st))
+        st = commit_call_once(r, c, NULL);
+    return st;
+}
+
+ortmem_status ortmem_region_commit_extents(ortmem_region *r, const ortmem_range *extents,
+                                           size_t count)
+{
+    commit_call c = {COMMIT_EXTENTS, extents, NULL, count, NULL};
+    return commit_call_run(r, &c);
+}
+
+ortmem_status ortmem_region_commit_grow(ortmem_region *r, const ortmem_commit_range *ranges,
+                                        size_t count, const ortmem_extent_policy *policy)
+{
+    commit_call c = {COMMIT_GROW, NULL, ranges, count, policy};
+    return commit_call_run(r, &c);
+}
+
+/* ---- decommit ---- */
+
+/* Marks in sel[] (relative to g0) the mapped extents lying wholly inside a
+ * range; with strict, an extent a range cuts refuses (ORTMEM_E_RANGE). */
+static ortmem_status select_whole_mapped(const ortmem_region *r, const ortmem_range *ranges,
+                                         size_t count, size_t g0, bool *sel, bool strict)
+{
+    for (size_t i = 0; i < count; i++) {
+        size_t lo = ranges[i].offset, hi = ranges[i].offset + ranges[i].length;
+        size_t first = lo / r->granule, last = (hi - 1) / r->granule;
+        for (size_t k = first; k <= last; k++) {
+            const om_slot *s = &r->slots[k];
+            if (s->state != ORTMEM_GRANULE_MAPPED)
+                continue;
+            size_t start = om_extent_first(r, k) * r->granule;
+            size_t end = start + s->phys->size;
+            if (start >= lo && end <= hi) {
+                sel[k - g0] = true;
+                continue;
+            }
+            if (strict)
+                return OM_ERR(ORTMEM_E_RANGE,
+                              "region decommit: range [%zu, +%zu) cuts the mapped extent [%zu, "
+                              "+%zu); an extent is decommitted whole",
+                              lo, ranges[i].length, start, s->phys->size);
+        }
+    }
+    return ORTMEM_OK;
+}
+
+/* Unmaps the selected extents (nothing changes if an unmap fails) and drops them. */
 static ortmem_status decommit_selected(ortmem_region *r, const ortmem_range *ranges, size_t count,
-                                       size_t g0, size_t n, const bool *sel)
+                                       size_t g0, size_t n, const bool *sel, unsigned flags)
 {
     ortmem_status st = om_region_unmap_runs(r, g0, n, sel);
     if (st == ORTMEM_OK) {
-        st = om_region_drop_unmapped(r, g0, n, sel);
+        unsigned drop = (flags & ORTMEM_DECOMMIT_NO_POOL) ? OM_DROP_NO_POOL : 0;
+        st = om_region_drop_unmapped(r, g0, n, sel, drop);
         assert(om_slots_consistent(r, g0, n));
         return st;
     }
@@ -212,15 +520,19 @@ static ortmem_status decommit_selected(ortmem_region *r, const ortmem_range *ran
     return om_error_wrap(st, "region decommit of %zu ranges: nothing changed", count);
 }
 
-static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *ranges, size_t count)
+static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                     unsigned flags)
 {
     size_t g0 = 0, n = 0;
     ortmem_status st = ranges_span(r, ranges, count, "region decommit", &g0, &n);
+    if (st == ORTMEM_OK && (flags & ~(ORTMEM_DECOMMIT_STRICT | ORTMEM_DECOMMIT_NO_POOL)))
+        st = OM_ERR(ORTMEM_E_INVALID, "region decommit: unknown flags 0x%x", flags);
     if (st == ORTMEM_OK) {
         bool *sel = r->selection + g0;
         memset(sel, 0, n * sizeof *sel);
-        select_whole_mapped(r, ranges, count, g0, sel);
-        st = decommit_selected(r, ranges, count, g0, n, sel);
+        st = select_whole_mapped(r, ranges, count, g0, sel, flags & ORTMEM_DECOMMIT_STRICT);
+        if (st == ORTMEM_OK)
+            st = decommit_selected(r, ranges, count, g0, n, sel, flags);
     }
     for (size_t i = 0; (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) && r->traced && i < count;
          i++)
@@ -229,16 +541,22 @@ static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *range
     return st;
 }
 
-ortmem_status ortmem_region_decommit_ranges(ortmem_region *r, const ortmem_range *ranges,
-                                            size_t count)
+ortmem_status ortmem_region_decommit_ex(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                        unsigned flags)
 {
     om_error_clear();
     ortmem_status st = om_region_lock(r, "region decommit");
     if (st != ORTMEM_OK)
         return st;
-    st = decommit_locked(r, ranges, count);
+    st = decommit_locked(r, ranges, count, flags);
     om_region_unlock(r);
     return st;
+}
+
+ortmem_status ortmem_region_decommit_ranges(ortmem_region *r, const ortmem_range *ranges,
+                                            size_t count)
+{
+    return ortmem_region_decommit_ex(r, ranges, count, 0);
 }
 
 ortmem_status ortmem_region_decommit(ortmem_region *r, size_t offset, size_t len)

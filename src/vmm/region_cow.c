@@ -1,4 +1,5 @@
-/* Copy-on-write: every shared granule of a range gets a private copy, filled
+/* Copy-on-write: every shared extent a range touches gets a private copy of
+ * the whole extent (same size), filled
  * through a scratch VA with the backend's copy primitive and swapped in at the
  * same address, so the VA never changes. All-or-nothing like every region
  * operation (src/vmm/region_internal.h). */
@@ -18,6 +19,7 @@ typedef struct cow_job {
     size_t g0, n;
     size_t count; /* candidates */
     bool *cand;
+    uint32_t *ext; /* at each candidate extent's first granule: its granules */
     om_phys **fresh;
     size_t pooled_end; /* the copies before it came from the pool */
     om_hold hold;
@@ -38,16 +40,22 @@ static ortmem_status scratch_map(ortmem_region *r, const cow_job *job, cow_scrat
 {
     ortmem_backend *b = r->backend;
     size_t j = 0;
-    for (size_t k = 0; k < job->n; k++) {
-        if (!job->cand[k])
+    for (size_t k = 0; k < job->n;) {
+        if (!job->cand[k]) {
+            k++;
             continue;
-        sc->order[j] = job->fresh[k];
-        ortmem_status st =
-            om_backend_map(b, sc->va + j * r->granule, r->granule, job->fresh[k]->handle, 0);
+        }
+        om_phys *p = job->fresh[k];
+        ortmem_status st = om_backend_map(b, sc->va + j * r->granule, p->size, p->handle, 0);
         if (st != ORTMEM_OK)
             return st;
-        sc->mapped[j++] = true;
-        om_ledger_mapped_add(b, r->granule);
+        for (uint32_t q = 0; q < p->granules; q++) {
+            sc->order[j + q] = p;
+            sc->mapped[j + q] = true;
+        }
+        om_ledger_mapped_add(b, p->size, 1);
+        j += p->granules;
+        k += p->granules;
     }
     return om_backend_set_access(b, sc->va, sc->count * r->granule, ORTMEM_ACCESS_READ_WRITE);
 }
@@ -55,14 +63,18 @@ static ortmem_status scratch_map(ortmem_region *r, const cow_job *job, cow_scrat
 static ortmem_status scratch_copy(ortmem_region *r, const cow_job *job, const cow_scratch *sc)
 {
     size_t j = 0;
-    for (size_t k = 0; k < job->n; k++) {
-        if (!job->cand[k])
+    for (size_t k = 0; k < job->n;) {
+        if (!job->cand[k]) {
+            k++;
             continue;
+        }
+        size_t bytes = job->fresh[k]->size; /* the whole extent */
         ortmem_status st = om_backend_copy(r->backend, sc->va + j * r->granule,
-                                           om_region_va(r, job->g0 + k), r->granule);
+                                           om_region_va(r, job->g0 + k), bytes);
         if (st != ORTMEM_OK)
             return st;
-        j++;
+        j += job->fresh[k]->granules;
+        k += job->fresh[k]->granules;
     }
     return ORTMEM_OK;
 }
@@ -72,7 +84,10 @@ static bool scratch_unmap_run(ortmem_region *r, const cow_scratch *sc, size_t i,
 {
     ortmem_backend *b = r->backend;
     if (om_backend_unmap(b, sc->va + i * r->granule, len * r->granule) == ORTMEM_OK) {
-        om_ledger_mapped_sub(b, len * r->granule);
+        size_t extents = 0;
+        for (size_t q = i; q < i + len; q++)
+            extents += q == i || sc->order[q] != sc->order[q - 1];
+        om_ledger_mapped_sub(b, len * r->granule, extents);
         return true;
     }
     for (size_t q = i; q < i + len; q++) {
@@ -136,7 +151,7 @@ static void detach_shared(ortmem_region *r, const cow_job *job, om_slot *old)
         old[k] = r->slots[job->g0 + k];
         /* Same epoch: the map that follows counts the swap as one change. */
         r->slots[job->g0 + k] =
-            (om_slot){NULL, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, old[k].epoch};
+            (om_slot){NULL, 0, ORTMEM_GRANULE_UNMAPPED, ORTMEM_ACCESS_NONE, 0, 0, old[k].epoch};
     }
 }
 
@@ -149,7 +164,8 @@ static void finish_swap(ortmem_region *r, cow_job *job, const om_slot *old)
             continue;
         r->slots[job->g0 + k].requested_lo = old[k].requested_lo;
         r->slots[job->g0 + k].requested_hi = old[k].requested_hi;
-        (void)om_region_drop_phys(r, old[k].phys);
+        if (old[k].index == 0) /* one reference per extent mapping */
+            (void)om_region_drop_phys(r, old[k].phys, 0);
     }
     memset(job->fresh, 0, job->n * sizeof *job->fresh);
 }
@@ -165,7 +181,8 @@ static void undo_swap(ortmem_region *r, cow_job *job, const om_slot *old)
             continue;
         }
         /* The copy stuck there quarantined; the old mapping is gone. */
-        (void)om_region_drop_phys(r, old[k].phys);
+        if (old[k].index == 0)
+            (void)om_region_drop_phys(r, old[k].phys, 0);
         job->fresh[k] = NULL;
         job->cand[k] = false;
     }
@@ -196,7 +213,8 @@ static ortmem_status cow_swap(ortmem_region *r, cow_job *job)
 
 /* ---- one call ---- */
 
-/* The candidates: mapped granules that another mapper shares. */
+/* The candidates: the granules of mapped extents that another mapping shares
+ * (job's span holds whole extents). */
 static ortmem_status select_shared(const ortmem_region *r, cow_job *job)
 {
     for (size_t k = 0; k < job->n; k++) {
@@ -204,6 +222,8 @@ static ortmem_status select_shared(const ortmem_region *r, cow_job *job)
         if (s->state != ORTMEM_GRANULE_MAPPED || atomic_load(&s->phys->mappers) < 2)
             continue;
         job->cand[k] = true;
+        if (s->index == 0)
+            job->ext[k] = s->phys->granules;
         job->count++;
         if (s->access == ORTMEM_ACCESS_NONE)
             return OM_ERR(ORTMEM_E_STATE,
@@ -219,13 +239,20 @@ static ortmem_status cow_prepare(ortmem_region *r, size_t offset, size_t len, co
     ortmem_status st = om_region_check_range(r, offset, len, "region cow");
     if (st != ORTMEM_OK)
         return st;
-    job->g0 = offset / r->granule;
-    job->n = (offset + len - 1) / r->granule + 1 - job->g0;
-    st = om_region_check_unquarantined(r, job->g0, job->n, "region cow");
+    size_t first = offset / r->granule, last = (offset + len - 1) / r->granule;
+    st = om_region_check_unquarantined(r, first, last - first + 1, "region cow");
     if (st != ORTMEM_OK)
         return st;
+    /* Widened to the whole extents at both ends: an extent is copied whole. */
+    if (r->slots[first].state == ORTMEM_GRANULE_MAPPED)
+        first = om_extent_first(r, first);
+    if (r->slots[last].state == ORTMEM_GRANULE_MAPPED)
+        last = om_extent_first(r, last) + r->slots[last].phys->granules - 1;
+    job->g0 = first;
+    job->n = last - first + 1;
     job->cand = om_calloc(job->n, sizeof *job->cand);
-    job->fresh = job->cand ? om_calloc(job->n, sizeof *job->fresh) : NULL;
+    job->ext = job->cand ? om_calloc(job->n, sizeof *job->ext) : NULL;
+    job->fresh = job->ext ? om_calloc(job->n, sizeof *job->fresh) : NULL;
     if (!job->fresh)
         return OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping for %zu granules", job->n);
     st = select_shared(r, job);
@@ -238,7 +265,7 @@ static ortmem_status cow_prepare(ortmem_region *r, size_t offset, size_t len, co
 static ortmem_status cow_run(ortmem_region *r, cow_job *job)
 {
     ortmem_status st =
-        om_region_acquire(r, job->n, job->cand, job->fresh, (uint64_t)job->count * r->granule,
+        om_region_acquire(r, job->n, job->ext, job->fresh, (uint64_t)job->count * r->granule,
                           &job->hold, &job->pooled_end);
     if (st == ORTMEM_OK)
         st = cow_fill(r, job);
@@ -265,6 +292,7 @@ static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st
                     offset, len, job->count * r->granule);
     assert(job->n == 0 || om_slots_consistent(r, job->g0, job->n));
     om_free(job->cand);
+    om_free(job->ext);
     om_free(job->fresh);
     return st;
 }

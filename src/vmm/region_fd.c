@@ -13,6 +13,11 @@ static ortmem_status export_locked(ortmem_region *r, size_t offset, int *fd)
     const om_slot *s = &r->slots[offset / r->granule];
     if (s->state != ORTMEM_GRANULE_MAPPED)
         return OM_ERR(ORTMEM_E_STATE, "region export: granule at offset %zu is not mapped", offset);
+    if (s->index != 0)
+        return OM_ERR(ORTMEM_E_RANGE,
+                      "region export: offset %zu lies inside the extent [%zu, +%zu); an extent "
+                      "is exported whole, from its first byte",
+                      offset, om_extent_first(r, offset / r->granule) * r->granule, s->phys->size);
     if (!(s->phys->flags & (OM_PHYS_EXPORTABLE | OM_PHYS_IMPORTED)))
         return OM_ERR(ORTMEM_E_UNSUPPORTED,
                       "region export: region was not created with ORTMEM_REGION_EXPORTABLE");

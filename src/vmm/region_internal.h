@@ -22,8 +22,12 @@
 #include "vmm/backend.h"
 #include "vmm/region.h"
 
+/* A mapped or quarantined slot names its extent and its granule's place in
+ * it: the extent's k granules sit in k consecutive slots with indices 0..k-1
+ * and one mapper reference, held by the mapping as a whole. */
 typedef struct om_slot {
     om_phys *phys;
+    uint32_t index; /* this granule's place in the extent (0..k-1) */
     uint8_t state;  /* ortmem_granule_state */
     uint8_t access; /* ortmem_access */
     /* Bytes of this granule that commits asked for: the hull [lo, hi). */
@@ -58,7 +62,14 @@ struct ortmem_region {
      * aside at create so that a decommit (the undo of many a failed call)
      * needs no host memory. */
     bool *selection;
+    ortmem_extent_policy extents; /* how commit lays extents over unmapped runs */
 };
+
+/* The first slot of the extent slot i belongs to (i mapped or quarantined). */
+static inline size_t om_extent_first(const ortmem_region *r, size_t i)
+{
+    return i - r->slots[i].index;
+}
 
 static inline uintptr_t om_region_va(const ortmem_region *r, size_t index)
 {
@@ -87,22 +98,58 @@ static inline bool om_access_known(ortmem_access access)
            access == ORTMEM_ACCESS_READ_WRITE;
 }
 
-/* For assertions: a mapped slot holds a granule with at least one mapper, an
+/* For assertions: slot i's extent lies inside the region, every one of its
+ * slots holding it at its own index and in one state. */
+static inline bool om_extent_whole(const ortmem_region *r, size_t i)
+{
+    const om_slot *s = &r->slots[i];
+    if (s->index >= s->phys->granules || i < s->index ||
+        i - s->index + s->phys->granules > r->count)
+        return false;
+    size_t first = i - s->index;
+    for (size_t j = 0; j < s->phys->granules; j++) {
+        const om_slot *t = &r->slots[first + j];
+        if (t->phys != s->phys || t->index != j || t->state != s->state)
+            return false;
+    }
+    return true;
+}
+
+/* For assertions: a mapped slot holds an extent with at least one mapper, an
  * unmapped one holds nothing and no requested bytes, a quarantined one keeps its
- * granule; the requested hull lies inside the granule. */
+ * extent; every extent lies whole in its slots; the requested hull lies inside
+ * the granule. */
 static inline bool om_slots_consistent(const ortmem_region *r, size_t g0, size_t n)
 {
     for (size_t i = g0; i < g0 + n; i++) {
         const om_slot *s = &r->slots[i];
         bool ok = s->requested_lo <= s->requested_hi && s->requested_hi <= r->granule;
         if (s->state == ORTMEM_GRANULE_MAPPED)
-            ok = ok && s->phys && atomic_load(&s->phys->mappers) > 0;
+            ok = ok && s->phys && atomic_load(&s->phys->mappers) > 0 && om_extent_whole(r, i);
         else if (s->state == ORTMEM_GRANULE_UNMAPPED)
             ok = ok && !s->phys && s->access == ORTMEM_ACCESS_NONE && s->requested_hi == 0;
         else
-            ok = ok && s->phys && s->phys->quarantined;
+            ok = ok && s->phys && s->phys->quarantined && om_extent_whole(r, i);
         if (!ok)
             return false;
+    }
+    return true;
+}
+
+/* For assertions: sel[] (relative to g0) selects whole extents only. */
+static inline bool om_selection_extent_closed(const ortmem_region *r, size_t g0, size_t n,
+                                              const bool *sel)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (!sel[k])
+            continue;
+        const om_slot *s = &r->slots[g0 + k];
+        if (!s->phys || s->index > k || s->index + n - k < s->phys->granules)
+            return false;
+        for (size_t j = 0; j < s->phys->granules; j++) {
+            if (!sel[k - s->index + j])
+                return false;
+        }
     }
     return true;
 }
@@ -138,39 +185,56 @@ ortmem_status om_region_check_unquarantined(const ortmem_region *r, size_t g0, s
  * refusal is noted in r->relief. On failure *hold is empty. */
 ortmem_status om_region_hold(ortmem_region *r, uint64_t owned, uint64_t mapped, om_hold *hold);
 void om_region_unhold_rest(ortmem_region *r, om_hold *hold);
-/* Mapped bytes leave the ledger and the region's account. */
-void om_region_mapped_out(ortmem_region *r, size_t bytes);
+/* The mappings of slots [first, +len) (whole extents) leave the ledger and
+ * the region's account. */
+void om_region_mapped_out(ortmem_region *r, size_t first, size_t len);
 /* Requested bytes of granule i dropped (decommit, destroy, quarantine). */
 void om_region_forget_requested(ortmem_region *r, size_t i);
-/* Marks slot i quarantined, holding p (whose mapper reference it keeps). */
-void om_region_quarantine_slot(ortmem_region *r, size_t i, om_phys *p, bool still_mapped);
-/* Drops the slot's mapper reference on p (a granule it mapped until now). */
-ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p);
-/* Gets a granule for every want[k]: pooled ones first (those before
+/* Marks slot i quarantined, holding p at index (the extent's mapper
+ * reference is kept once for all its slots). */
+void om_region_quarantine_slot(ortmem_region *r, size_t i, om_phys *p, uint32_t index,
+                               bool still_mapped);
+/* Quarantines the whole extent slot i belongs to (all its slots). */
+void om_region_quarantine_extent(ortmem_region *r, size_t i, bool still_mapped);
+/* Drops a mapping's reference on p (an extent it mapped until now). */
+ortmem_status om_region_drop_phys(ortmem_region *r, om_phys *p, unsigned drop_flags);
+
+/* Extent arrays: phys[] holds one entry per granule; an extent of k granules
+ * fills k consecutive entries with the same pointer, starting at its first
+ * granule, so walking by p->granules visits each extent once. ext[] (acquire)
+ * holds at each extent's first entry its granules, 0 elsewhere. */
+
+/* Gets an extent for every ext[k] > 0: pooled ones first (those before
  * *pooled_end), then capacity for the rest plus mapped_bytes is reserved and
  * they are created. On failure everything acquired goes back (the pool as it
  * was) and nothing stays held. */
-ortmem_status om_region_acquire(ortmem_region *r, size_t n, const bool *want, om_phys **phys,
+ortmem_status om_region_acquire(ortmem_region *r, size_t n, const uint32_t *ext, om_phys **phys,
                                 uint64_t mapped_bytes, om_hold *hold, size_t *pooled_end);
-/* Gives back granules om_region_acquire got that nothing maps (the non-NULL,
+/* Gives back extents om_region_acquire got that nothing maps (the non-NULL,
  * unquarantined phys[k]) and clears phys[]: those before pooled_end go back to
  * the pool, the ones it created are released, so the pool ends as it was. */
 void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pooled_end);
-/* Maps phys[k] (where non-NULL) at granule g0+k into unmapped slots and sets
- * access per run; needs no host memory. On failure everything this call
- * mapped is rolled back; the granules stay the caller's (a run whose unmap
- * failed is quarantined and its phys[] entries cleared). */
+/* Maps each extent of phys[] at granule g0+k into unmapped slots (one map of
+ * the whole handle each) and sets access per contiguous run; needs no host
+ * memory. On failure everything this call mapped is rolled back; the extents
+ * stay the caller's (a run whose unmap failed is quarantined and its phys[]
+ * entries cleared). */
 ortmem_status om_region_map(ortmem_region *r, size_t g0, size_t n, om_phys **phys,
                             ortmem_access access, om_hold *hold);
-/* Maps the recorded granules of sel[] back after a failed unmap elsewhere; a
- * granule that cannot be restored is quarantined. */
+/* Maps the recorded extents of sel[] (whole extents) back after a failed
+ * unmap elsewhere; an extent that cannot be restored is quarantined. */
 void om_region_restore_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);
-/* Unmaps every run of sel[] (one call per run). On a failure the runs already
- * unmapped are mapped back and the error returned: nothing changed. */
+/* Unmaps every run of sel[] (whole extents; one call per run). On a failure
+ * the runs already unmapped are mapped back and the error returned: nothing
+ * changed. */
 ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const bool *sel);
-/* After its unmap succeeded: clears slot i and drops its granule. */
-ortmem_status om_region_drop_slot(ortmem_region *r, size_t i);
-/* After the unmap succeeded: clears the slots and drops their granules. */
-ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel);
+/* After its unmap succeeded: clears slot i; its extent's first slot drops
+ * the mapping's reference on the extent. */
+ortmem_status om_region_drop_slot(ortmem_region *r, size_t i, unsigned drop_flags);
+/* After the unmap succeeded: clears the slots and drops their extents. */
+ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, const bool *sel,
+                                      unsigned drop_flags);
+/* Extents whose first slot lies in the selected run [g0+i, +len). */
+size_t om_region_extents_in(const ortmem_region *r, size_t first, size_t len);
 
 #endif

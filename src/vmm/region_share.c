@@ -47,7 +47,8 @@ static void unpin_pair(ortmem_region *dst, ortmem_region *src)
 
 /* ---- share ---- */
 
-/* Every source granule mapped, every destination granule free. */
+/* Every source granule mapped, every destination granule free, the source a
+ * union of whole extents. */
 static ortmem_status check_share_slots(const ortmem_region *dst, size_t dst_offset,
                                        const ortmem_region *src, size_t src_offset, size_t len)
 {
@@ -63,6 +64,21 @@ static ortmem_status check_share_slots(const ortmem_region *dst, size_t dst_offs
                           "%s: destination granule at offset %zu is already committed", what,
                           di * dst->granule);
     }
+    /* Whole extents only: the first source granule starts one, the last ends one. */
+    size_t first = src_offset / src->granule, last = first + n - 1;
+    const om_slot *lo = &src->slots[first], *hi = &src->slots[last];
+    if (lo->index != 0)
+        return OM_ERR(ORTMEM_E_RANGE,
+                      "%s: source [%zu, +%zu) cuts the extent [%zu, +%zu); extents are shared "
+                      "whole",
+                      what, src_offset, len, om_extent_first(src, first) * src->granule,
+                      lo->phys->size);
+    if (hi->index + 1 != hi->phys->granules)
+        return OM_ERR(ORTMEM_E_RANGE,
+                      "%s: source [%zu, +%zu) cuts the extent [%zu, +%zu); extents are shared "
+                      "whole",
+                      what, src_offset, len, om_extent_first(src, last) * src->granule,
+                      hi->phys->size);
     return ORTMEM_OK;
 }
 

@@ -100,6 +100,13 @@ static fk_event *fk_events;
     } while (0)
 
 #define FK_MAX_RANGES 65536
+#define FK_MAX_MAPPINGS 65536
+
+/* A live cuMemMap: the driver maps a handle whole and unmaps whole mappings. */
+typedef struct fk_mapping {
+    uintptr_t va;
+    size_t size;
+} fk_mapping;
 
 /* Access set over mapped ranges, so copies can refuse read-only targets. */
 typedef struct fk_range {
@@ -131,6 +138,9 @@ static struct fk_state {
     uint64_t generation, completed;
     fk_range ranges[FK_MAX_RANGES];
     size_t range_count;
+    fk_mapping mappings[FK_MAX_MAPPINGS];
+    size_t mapping_count;
+    unsigned long refused_partial_maps, refused_cut_unmaps;
     int fail_counter;
 } fake;
 
@@ -207,6 +217,29 @@ static void fk_range_set(uintptr_t va, size_t size, int flags)
     fake.range_count = w;
     if (fake.range_count < FK_MAX_RANGES)
         fake.ranges[fake.range_count++] = (fk_range){va, size, flags};
+}
+
+/* Whether [va, +size) cuts a live mapping (overlaps it without holding it
+ * whole); with drop, removes the mappings it holds. */
+static int fk_mappings_cut(uintptr_t va, size_t size, int drop)
+{
+    for (size_t i = 0; i < fake.mapping_count; i++) {
+        fk_mapping m = fake.mappings[i];
+        int overlaps = m.va < va + size && va < m.va + m.size;
+        if (overlaps && (m.va < va || m.va + m.size > va + size))
+            return 1;
+    }
+    if (!drop)
+        return 0;
+    size_t w = 0;
+    for (size_t i = 0; i < fake.mapping_count; i++) {
+        fk_mapping m = fake.mappings[i];
+        if (m.va >= va && m.va + m.size <= va + size)
+            continue;
+        fake.mappings[w++] = m;
+    }
+    fake.mapping_count = w;
+    return 0;
 }
 
 /* Flags of the newest range holding va; -1 (host memory) when none. */
@@ -424,11 +457,17 @@ static int fk_cuMemMap(unsigned long long ptr, size_t size, size_t offset,
     (void)flags;
     FK_ENTER("cuMemMap", 1);
     fk_alloc *a = (fk_alloc *)(uintptr_t)handle;
-    if (offset != 0 || size > a->size)
+    /* As the driver: a handle is mapped whole, from offset 0. */
+    if (offset != 0 || size != a->size) {
+        fake.refused_partial_maps++;
         return FK_INVALID_VALUE;
+    }
+    if (fake.mapping_count == FK_MAX_MAPPINGS)
+        return FK_OUT_OF_MEMORY;
     void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, 0);
     if (p == MAP_FAILED)
         return FK_INVALID_VALUE;
+    fake.mappings[fake.mapping_count++] = (fk_mapping){(uintptr_t)ptr, size};
     fk_range_set((uintptr_t)ptr, size, 0);
     fake.maps++;
     return 0;
@@ -437,10 +476,16 @@ static int fk_cuMemMap(unsigned long long ptr, size_t size, size_t offset,
 static int fk_cuMemUnmap(unsigned long long ptr, size_t size)
 {
     FK_ENTER("cuMemUnmap", 1);
+    /* As the driver: an unmap covers whole mappings (several are fine). */
+    if (fk_mappings_cut((uintptr_t)ptr, size, 0)) {
+        fake.refused_cut_unmaps++;
+        return FK_INVALID_VALUE;
+    }
     void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     if (p == MAP_FAILED)
         return FK_INVALID_VALUE;
+    (void)fk_mappings_cut((uintptr_t)ptr, size, 1);
     fk_range_set((uintptr_t)ptr, size, 0);
     fake.unmaps++;
     return 0;

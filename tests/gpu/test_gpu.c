@@ -255,6 +255,65 @@ Test(gpu, copy_on_write_on_the_device)
     OK(ortmem_backend_destroy(b));
 }
 
+/* ---- extents: one handle of k granules, mapped whole ---- */
+
+Test(gpu, extent_of_256_granules_round_trip)
+{
+    ortmem_backend *b = gpu_backend();
+    size_t g = granule_of(b);
+    enum { K = 256 };
+    ortmem_region *a = region_on(b, K * g, 0), *c = region_on(b, K * g, 0);
+    ortmem_range extent = {0, K * g};
+    OK(ortmem_region_commit_extents(a, &extent, 1));
+    ortmem_vmm_stats st = stats_of(b);
+    cr_assert_eq(st.calls[ORTMEM_OP_CREATE], 1, "one cuMemCreate of %d granules", K);
+    cr_assert_eq(st.calls[ORTMEM_OP_MAP], 1, "one cuMemMap of the whole handle");
+    cr_assert_eq(st.calls[ORTMEM_OP_SET_ACCESS], 1);
+    cr_assert_eq(st.owned_granules, K);
+    cr_assert_eq(st.owned_extents, 1);
+    backend_put_pattern(b, base_of(a), K * g, 70);
+    cr_assert(matches(b, base_of(a), K * g, 70));
+    /* A read-only alias of the whole extent, then the owner's decommit. */
+    OK(ortmem_region_share(c, 0, a, 0, K * g, ORTMEM_ACCESS_READ));
+    cr_assert_eq(granule_info(c, (K - 1) * g).mappers, 2);
+    cr_assert_eq(granule_info(c, (K - 1) * g).extent_granules, K);
+    OK(ortmem_region_decommit(a, 0, K * g));
+    cr_assert(matches(b, base_of(c), K * g, 70), "the alias keeps the extent alive");
+    OK(ortmem_region_destroy(c));
+    st = stats_of(b);
+    cr_assert_eq(st.calls[ORTMEM_OP_RELEASE], 1);
+    cr_assert_eq(st.calls[ORTMEM_OP_UNMAP], 2);
+    OK(ortmem_region_destroy(a));
+    assert_ledger_empty(b, "after the extent");
+    OK(ortmem_backend_destroy(b));
+}
+
+Test(gpu, set_access_on_part_of_a_mapping)
+{
+    /* Informational: ortmem_region_protect works per granule; over an extent
+     * it sets access over a granule-aligned part of one cuMemMap. What the
+     * driver answers is recorded; protect's rule follows from it
+     * (docs/memory/EXTENTS.md). */
+    ortmem_backend *b = gpu_backend();
+    size_t g = granule_of(b);
+    ortmem_region *r = region_on(b, 4 * g, 0);
+    ortmem_range extent = {0, 4 * g};
+    OK(ortmem_region_commit_extents(r, &extent, 1));
+    backend_put_pattern(b, base_of(r), 4 * g, 71);
+    ortmem_status st = ortmem_region_protect(r, g, g, ORTMEM_ACCESS_READ);
+    printf("gpu: cuMemSetAccess(READ) over granule 1 of a 4-granule mapping -> %s%s%s\n",
+           ortmem_status_str(st), st == ORTMEM_OK ? "" : ": ",
+           st == ORTMEM_OK ? "" : ortmem_last_error());
+    cr_log_info("set-access over part of a mapping -> %s", ortmem_status_str(st));
+    if (st == ORTMEM_OK) {
+        cr_assert_eq(granule_info(r, g).access, ORTMEM_ACCESS_READ);
+        cr_assert_eq(granule_info(r, 0).access, ORTMEM_ACCESS_READ_WRITE);
+        cr_assert(matches(b, base_of(r), 4 * g, 71));
+    }
+    (void)ortmem_region_destroy(r);
+    (void)ortmem_backend_destroy(b);
+}
+
 /* ---- the foundation's region behaviour on the device ---- */
 
 Test(gpu, region_copy_device_to_device_and_the_pool)

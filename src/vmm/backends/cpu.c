@@ -1,7 +1,9 @@
 /* CPU backend: behaves like CUDA's virtual memory management on host memory.
- * VA: mmap(PROT_NONE, MAP_NORESERVE). Physical granule: a pre-allocated extent
- * of one shared memfd (or its own memfd when exportable), so one granule can
- * be mapped at several VAs. Release punches a hole: the pages go back to the OS. */
+ * VA: mmap(PROT_NONE, MAP_NORESERVE). Physical handle: a pre-allocated extent
+ * of k granules of one shared memfd (or its own memfd when exportable), so one
+ * handle can be mapped at several VAs. Release punches a hole over the whole
+ * extent: the pages go back to the OS, and the hole is reused by a later
+ * create of the same size. */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +40,11 @@ typedef struct cpu_granule {
     struct cpu_granule *prev, *next;
 } cpu_granule;
 
+typedef struct cpu_hole {
+    off_t offset;
+    size_t size;
+} cpu_hole;
+
 typedef struct cpu_backend {
     size_t page;
     size_t granule;
@@ -46,11 +53,11 @@ typedef struct cpu_backend {
     pthread_mutex_t lock; /* shared memfd extents */
     int shared_fd;
     off_t shared_end;
-    off_t *holes; /* granule-sized extents punched and free for reuse */
+    cpu_hole *holes; /* extents punched and free for reuse by a create of their size */
     size_t hole_count, hole_capacity;
-    /* Granule-sized extents carved from the file, live or holes: the hole
-     * list has room for all of them, so a release never needs memory. */
-    size_t granule_extents;
+    /* Extents carved from the file, live or holes: the hole list has room for
+     * all of them, so a release never needs memory. */
+    size_t carved_extents;
     cpu_granule *live;
     _Atomic uint64_t next_event; /* starts at 1 */
 #ifdef ORTMEM_HAVE_HWLOC
@@ -194,10 +201,14 @@ static ortmem_status cpu_create_extent(cpu_backend *c, size_t size, cpu_granule 
             goto out;
         }
     }
-    bool from_hole = size == c->granule && c->hole_count > 0;
-    if (size == c->granule && !from_hole && c->granule_extents == c->hole_capacity) {
+    /* The newest hole of exactly this size: extents of one size come and go together. */
+    size_t hole = c->hole_count;
+    while (hole > 0 && c->holes[hole - 1].size != size)
+        hole--;
+    bool from_hole = hole > 0;
+    if (!from_hole && c->carved_extents == c->hole_capacity) {
         size_t ncap = c->hole_capacity ? c->hole_capacity * 2 : 64;
-        off_t *grown = om_realloc(c->holes, ncap * sizeof *grown);
+        cpu_hole *grown = om_realloc(c->holes, ncap * sizeof *grown);
         if (!grown) {
             st = OM_ERR(ORTMEM_E_NOMEM, "create: hole list of %zu entries", ncap);
             goto out;
@@ -205,7 +216,7 @@ static ortmem_status cpu_create_extent(cpu_backend *c, size_t size, cpu_granule 
         c->holes = grown;
         c->hole_capacity = ncap;
     }
-    off_t offset = from_hole ? c->holes[c->hole_count - 1] : c->shared_end;
+    off_t offset = from_hole ? c->holes[hole - 1].offset : c->shared_end;
     if (!from_hole && ftruncate(c->shared_fd, offset + (off_t)size) != 0) {
         st = cpu_errno("create (grow memfd)", errno, size);
         goto out;
@@ -218,12 +229,13 @@ static ortmem_status cpu_create_extent(cpu_backend *c, size_t size, cpu_granule 
         st = cpu_errno("create (fallocate)", err, size);
         goto out;
     }
-    if (from_hole)
+    if (from_hole) {
+        memmove(&c->holes[hole - 1], &c->holes[hole], (c->hole_count - hole) * sizeof *c->holes);
         c->hole_count--;
-    else
+    } else {
         c->shared_end = offset + (off_t)size;
-    if (size == c->granule && !from_hole)
-        c->granule_extents++;
+        c->carved_extents++;
+    }
     g->fd = c->shared_fd;
     g->offset = offset;
     g->own_fd = false;
@@ -266,14 +278,13 @@ static ortmem_status cpu_release(void *self, uint64_t handle)
         goto out;
     }
     /* Its hole slot was set aside when the extent was carved. */
-    assert(g->size != c->granule || c->hole_count < c->hole_capacity);
+    assert(c->hole_count < c->hole_capacity);
     if (cpu_fallocate(c->shared_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, g->offset,
                       (off_t)g->size) != 0) {
         st = cpu_errno("release (punch hole)", errno, g->size);
         goto out;
     }
-    if (g->size == c->granule)
-        c->holes[c->hole_count++] = g->offset;
+    c->holes[c->hole_count++] = (cpu_hole){g->offset, g->size};
     cpu_untrack_locked(c, g);
     om_free(g);
 out:
