@@ -76,9 +76,8 @@ static size_t take_oldest(ortmem_arena *a, size_t keep)
 /* After the decommit of scratch[i, j) failed, asks the region what really
  * happened (QUARANTINED: unmapped, but a release failed; otherwise nothing
  * changed): still mapped goes back to the cache, first in line next time. */
-static size_t settle_failed_run(ortmem_arena *a, size_t i, size_t j)
+static void settle_failed_run(ortmem_arena *a, size_t i, size_t j)
 {
-    size_t unmapped = 0;
     for (size_t k = i; k < j; k++) {
         size_t gi = a->scratch[k];
         ortmem_granule_info info = {.struct_size = sizeof info};
@@ -91,10 +90,7 @@ static size_t settle_failed_run(ortmem_arena *a, size_t i, size_t j)
         om_granule_decommitted(a, gi);
         if (info.state == ORTMEM_GRANULE_QUARANTINED)
             (void)om_granule_fence(a, gi);
-        else
-            unmapped++;
     }
-    return unmapped;
 }
 
 /* The first failed run of one eviction pass, kept for its message. */
@@ -105,7 +101,8 @@ typedef struct evict_failure {
 } evict_failure;
 
 /* Decommits scratch[i, j) (contiguous granules) with one region call;
- * returns how many ended unmapped and not quarantined. */
+ * returns how many went back. A failed run counts none: an unmapped granule
+ * may still be owned, quarantined by the backend, which does not say which. */
 static size_t evict_run(ortmem_arena *a, size_t i, size_t j, evict_failure *failure)
 {
     size_t g = a->granule, g0 = a->scratch[i];
@@ -121,7 +118,8 @@ static size_t evict_run(ortmem_arena *a, size_t i, size_t j, evict_failure *fail
         failure->last = a->scratch[j - 1];
         snprintf(failure->detail, sizeof failure->detail, "%s", ortmem_last_error());
     }
-    return settle_failed_run(a, i, j);
+    settle_failed_run(a, i, j);
+    return 0;
 }
 
 /* A run whose decommit fails stays committed and cached, first in line next

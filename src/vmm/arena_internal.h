@@ -173,7 +173,7 @@ bool om_granule_fence(ortmem_arena *a, size_t i);
 void om_cache_add(ortmem_arena *a, size_t i, bool most_recent);
 void om_cache_remove(ortmem_arena *a, size_t i);
 /* Decommits the least recently emptied granules until at most keep stay;
- * *unmapped (may be NULL) gets how many ended unmapped and not quarantined. */
+ * *unmapped (may be NULL) gets how many runs that succeeded decommitted. */
 ortmem_status om_cache_evict(ortmem_arena *a, size_t keep, size_t *unmapped);
 
 #endif
