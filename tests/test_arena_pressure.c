@@ -4,6 +4,7 @@
  * authority's refusal reclaims an arena's cache through its holder's pressure
  * callback, also when the decommit fails. Granules are 64 KiB; every
  * assertion is on counters and bytes. */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "support.h"
@@ -480,4 +481,68 @@ Test(arena_pressure, a_failed_release_under_reclaim_quarantines_and_counts_nothi
     v = stats_of(rig.fault);
     cr_assert_eq(v.owned_bytes, v.quarantined_bytes);
     rig_destroy(&rig);
+}
+
+/* ---- pressure while the arena is in use ---- */
+
+typedef struct churn {
+    ortmem_arena *arena;
+    ortmem_region *region;
+    int rounds;
+    int unexpected; /* statuses other than OK and BUDGET */
+    int refused;
+} churn;
+
+static void *arena_churn(void *arg)
+{
+    churn *c = arg;
+    for (int i = 0; i < c->rounds; i++) {
+        void *p = NULL;
+        size_t size = (size_t)(1 + i % 3) * G;
+        ortmem_status st = ortmem_arena_alloc(c->arena, size, G, &p);
+        if (st == ORTMEM_OK)
+            st = ortmem_arena_free(c->arena, p);
+        c->refused += st == ORTMEM_E_BUDGET;
+        c->unexpected += st != ORTMEM_OK && st != ORTMEM_E_BUDGET;
+    }
+    return NULL;
+}
+
+static void *region_churn(void *arg)
+{
+    churn *c = arg;
+    for (int i = 0; i < c->rounds; i++) {
+        ortmem_status st = ortmem_region_commit(c->region, 0, 6 * G);
+        if (st == ORTMEM_OK)
+            st = ortmem_region_decommit(c->region, 0, 6 * G);
+        c->refused += st == ORTMEM_E_BUDGET;
+        c->unexpected += st != ORTMEM_OK && st != ORTMEM_E_BUDGET;
+    }
+    return NULL;
+}
+
+Test(arena_pressure, reclaim_under_concurrent_allocs_keeps_the_ledger, .timeout = 60)
+{
+    ortmem_backend *b = test_backend();
+    gov g = gov_new(b, 8 * G);
+    OK(ortmem_arena_free(g.arena, alloc_ok(g.arena, 3 * G, G))); /* 3 granules cached */
+    churn ca = {.arena = g.arena, .rounds = 400};
+    churn cr = {.region = g.region, .rounds = 400};
+    pthread_t ta, tr;
+    cr_assert_eq(pthread_create(&ta, NULL, arena_churn, &ca), 0);
+    cr_assert_eq(pthread_create(&tr, NULL, region_churn, &cr), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tr, NULL);
+    cr_assert_eq(ca.unexpected + cr.unexpected, 0);
+    ortmem_arena_stats s = arena_stats(g.arena);
+    cr_assert_eq(s.live_allocations, 0);
+    cr_assert_eq(s.committed_bytes, s.cached_bytes, "nothing live: all committed is cached");
+    cr_assert_leq(s.cached_bytes, 3 * G);
+    assert_ledger_agrees(&g);
+    ortmem_authority_report r = report_of(g.authority);
+    cr_assert_eq(r.owned_bytes, s.committed_bytes, "the weights decommitted everything");
+    cr_assert_eq(r.pressure_reclaimed_bytes, s.reclaimed_bytes, "only pressure reclaimed");
+    gov_destroy(&g);
+    assert_backend_empty(b);
+    OK(ortmem_backend_destroy(b));
 }
