@@ -634,9 +634,11 @@ ORTMEM_API ortmem_status ortmem_arena_trim(ortmem_arena *arena, size_t keep_byte
  * empty; *reclaimed_bytes (may be NULL) gets the bytes decommitted. Live
  * allocations are never touched. The decommitted granules go to the backend's
  * pool when its cap allows, as every decommit does: owned bytes drop only with
- * a pool cap of 0 (the default). A failed decommit stops nothing: the granules
- * that failed stay cached (or are quarantined), the others are reclaimed, and
- * the first failure is returned with *reclaimed_bytes still set. */
+ * a pool cap of 0 (the default). A run of granules whose decommit fails
+ * counts nothing (one may be unmapped but quarantined, still owned): those
+ * still mapped go back to the cache, first in line; the other runs are
+ * reclaimed, and the first failure is returned with *reclaimed_bytes set to
+ * what they gave back. */
 ORTMEM_API ortmem_status ortmem_arena_reclaim(ortmem_arena *arena, uint64_t want_bytes,
                                               uint64_t *reclaimed_bytes);
 /* ortmem_arena_reclaim in the shape of ortmem_pressure_fn (governance.h): pass
