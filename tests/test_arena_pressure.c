@@ -407,6 +407,42 @@ static void assert_ledger_agrees(gov *g)
     cr_assert_eq(hs.owned_bytes, s.committed_bytes, "the arena's holder owns what it maps");
 }
 
+/* Pressure never asks the requester's own holder: an alloc refused for
+ * budget drops its own arena's cache first, so it fails only where an
+ * uncached arena's alloc would. */
+Test(arena_pressure, an_alloc_refused_for_budget_drops_its_own_cache_first)
+{
+    ortmem_backend *b = test_backend();
+    gov g = gov_new(b, 6 * G);
+    void *a3 = alloc_ok(g.arena, 3 * G, G); /* granules 0..2 */
+    void *keep = alloc_ok(g.arena, G, G);   /* granule 3 */
+    OK(ortmem_arena_free(g.arena, a3));
+    cr_assert_eq(arena_stats(g.arena).cached_bytes, 3 * G);
+    /* 4 granules fit only past granule 3: 4 new + 4 owned > 6. */
+    void *p = alloc_ok(g.arena, 4 * G, G);
+    cr_assert_eq((uint8_t *)p - (uint8_t *)keep, (ptrdiff_t)G);
+    ortmem_arena_stats s = arena_stats(g.arena);
+    cr_assert_eq(s.cached_bytes, 0);
+    cr_assert_eq(s.committed_bytes, 5 * G);
+    cr_assert_eq(s.reclaimed_bytes, 3 * G);
+    cr_assert_eq(s.failed_allocs, 0);
+    ortmem_authority_report r = report_of(g.authority);
+    cr_assert_eq(r.owned_bytes, 5 * G);
+    cr_assert_eq(r.refusals, 1, "the commit refused before the cache went");
+    cr_assert_eq(r.pressure_calls, 0, "no other holder was asked");
+    /* With nothing cached the refusal stands, its detail intact. */
+    void *q = NULL;
+    EXPECT_STATUS(ortmem_arena_alloc(g.arena, 2 * G, G, &q), ORTMEM_E_BUDGET);
+    cr_assert(strstr(ortmem_last_error(), "arena alloc of"), "%s", ortmem_last_error());
+    cr_assert_eq(arena_stats(g.arena).failed_allocs, 1);
+    OK(ortmem_arena_free(g.arena, p));
+    OK(ortmem_arena_free(g.arena, keep));
+    assert_ledger_agrees(&g);
+    gov_destroy(&g);
+    assert_backend_empty(b);
+    OK(ortmem_backend_destroy(b));
+}
+
 Test(arena_pressure, a_failed_decommit_under_pressure_keeps_the_granules_cached_and_is_reported)
 {
     fault_rig rig = rig_create(ORTMEM_OP_UNMAP);

@@ -573,7 +573,8 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
  * committed and cached for reuse up to the cache watermark; beyond it the
  * least recently emptied granules are decommitted. ortmem_arena_reclaim (or
  * ortmem_arena_pressure as a holder's pressure callback) gives the cached
- * granules back under pressure. */
+ * granules back under pressure; an alloc refused for budget drops the cache
+ * and tries once more, so it fails only where an uncached arena's would. */
 
 /* cache_bytes default: min(capacity, ORTMEM_ARENA_CACHE_DEFAULT_MAX), resolved at create. */
 #define ORTMEM_ARENA_CACHE_DEFAULT SIZE_MAX
@@ -609,7 +610,9 @@ typedef struct ortmem_arena_stats {
     uint64_t failed_allocs;     /* refused allocs of any cause, bad input included */
     uint64_t quarantined_bytes; /* granules the region quarantined: never handed out again */
     uint64_t cache_limit_bytes; /* the watermark cached_bytes is kept under (resolved) */
-    uint64_t reclaimed_bytes;   /* decommitted by ortmem_arena_reclaim and _pressure, in all */
+    uint64_t reclaimed_bytes;   /* cached bytes given back under pressure, in all: by
+                                   ortmem_arena_reclaim, _pressure and allocs refused
+                                   for budget */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,

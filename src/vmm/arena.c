@@ -345,6 +345,23 @@ static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, vo
     return st;
 }
 
+/* A commit refused for budget while empty granules are cached: the cache
+ * goes (pressure never asks the requester's own holder) and the alloc is
+ * tried once more, so it fails only where an uncached arena's would. */
+static ortmem_status alloc_without_cache(ortmem_arena *a, size_t size, size_t align, void **ptr,
+                                         om_relief *relief)
+{
+    om_error_saved refused;
+    om_error_save(&refused);
+    size_t unmapped = 0;
+    (void)om_cache_evict(a, 0, &unmapped); /* what fails to go stays cached */
+    if (unmapped == 0)
+        return om_error_restore(&refused, ORTMEM_E_BUDGET);
+    a->reclaimed_bytes += (uint64_t)unmapped * a->granule;
+    om_error_clear();
+    return alloc_locked(a, size, align, ptr, relief);
+}
+
 static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
                                       om_relief *relief)
 {
@@ -353,6 +370,8 @@ static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align
     if (st != ORTMEM_OK)
         return st;
     st = alloc_locked(a, size, align, ptr, relief);
+    if (st == ORTMEM_E_BUDGET && a->cached_count > 0)
+        st = alloc_without_cache(a, size, align, ptr, relief);
     bool retried =
         st == ORTMEM_E_BUDGET && relief && relief->set && om_account_can_relieve(&relief->account);
     if (st != ORTMEM_OK && !retried)

@@ -95,7 +95,7 @@ struct ortmem_arena {
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
     uint64_t allocs, frees, failed_allocs;
-    uint64_t reclaimed_bytes; /* decommitted by reclaim (pressure), in all */
+    uint64_t reclaimed_bytes; /* cached bytes given back under pressure, in all */
 };
 
 static inline bool om_is_pow2(size_t v)
