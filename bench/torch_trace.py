@@ -15,6 +15,9 @@ PYTORCH_CUDA_ALLOC_CONF once, at its first use):
 
 Whether expandable segments were really in use is read back from
 torch.cuda.memory_snapshot() and reported (expandable_segments_in_use).
+The ortmem row to read against baseline_torch_expandable is
+gpu_arena_trace/ortmem_arena_default (the arena as ORTMEM_ARENA_OPTIONS_INIT
+makes it: freed granules cached up to min(capacity, 256 MiB)).
 
 Per variant: one cold replay (where the allocator grows; device use is read
 with torch.cuda.mem_get_info before and after it), then --repetitions

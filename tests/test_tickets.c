@@ -797,6 +797,7 @@ Test(retire, arena_free_after_frees_the_block_once_the_fence_completes)
     OK(ortmem_holder_account(h, &acct));
     ortmem_arena_options ao = ORTMEM_ARENA_OPTIONS_INIT;
     ao.capacity = 8 * G;
+    ao.cache_bytes = 0; /* the retired free decommits at once */
     ao.account = &acct;
     ortmem_arena *arena = NULL;
     OK(ortmem_arena_create(g.backend, &ao, &arena));

@@ -113,6 +113,14 @@ ORTMEM_API ortmem_status ortmem_holder_register(ortmem_authority *authority,
                                                 const ortmem_holder_options *options,
                                                 ortmem_holder **out);
 
+/* Makes a holder reclaimable after registration, for a callback whose user
+ * exists only once the holder does (an arena created on the holder's account:
+ * ortmem_arena_pressure with the arena). Once only: ORTMEM_E_STATE when the
+ * holder has a pressure callback already (from its options or an earlier
+ * call); ORTMEM_E_INVALID for a NULL fn. */
+ORTMEM_API ortmem_status ortmem_holder_set_pressure(ortmem_holder *holder, ortmem_pressure_fn fn,
+                                                    void *user);
+
 /* ORTMEM_E_BUSY (nothing changes) while the holder owns or maps bytes, holds a
  * lease, or has an open grant, a waiting ticket or a pending retirement. */
 ORTMEM_API ortmem_status ortmem_holder_unregister(ortmem_holder *holder);

@@ -657,21 +657,32 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
 /* ---- Arena ------------------------------------------------------------------
  * A malloc-like sub-allocator over one region. Block metadata lives outside
  * the managed memory (it may be device memory). Granules are committed when
- * the first allocation touches them and decommitted when the last one leaves,
- * except that up to cache_bytes of empty granules stay committed for reuse. */
+ * the first allocation touches them. When the last one leaves, a granule stays
+ * committed and cached for reuse up to the cache watermark; beyond it the
+ * least recently emptied granules are decommitted. ortmem_arena_reclaim (or
+ * ortmem_arena_pressure as a holder's pressure callback) gives the cached
+ * granules back under pressure; an alloc refused for budget drops the cache
+ * and tries once more, so it fails only where an uncached arena's would. */
+
+/* cache_bytes default: min(capacity, ORTMEM_ARENA_CACHE_DEFAULT_MAX), resolved at create. */
+#define ORTMEM_ARENA_CACHE_DEFAULT SIZE_MAX
+#define ORTMEM_ARENA_CACHE_DEFAULT_MAX ((size_t)256 << 20)
+
 typedef struct ortmem_arena_options {
     size_t struct_size;
     size_t capacity;               /* bytes of VA to reserve; rounded up to the granule */
-    size_t cache_bytes;            /* empty granules kept committed; 0 = decommit at once, which
-                            costs a create and release per granule crossing without a
-                            pool (docs/memory/MEASUREMENTS.md, arena) */
+    size_t cache_bytes;            /* empty granules kept committed (the watermark, rounded down
+                                      to the granule); ORTMEM_ARENA_CACHE_DEFAULT (the default)
+                                      = min(capacity, 256 MiB); 0 = decommit at once, which costs
+                                      a create and release per granule crossing without a pool
+                                      (docs/memory/MEASUREMENTS.md, arena) */
     size_t min_align;              /* smallest alignment handed out; 0 = 256 */
     const ortmem_account *account; /* copied; charged before every commit; NULL = none */
 } ortmem_arena_options;
 
 #define ORTMEM_ARENA_OPTIONS_INIT                                                                  \
     {                                                                                              \
-        sizeof(ortmem_arena_options), 0, 0, 0, NULL                                                \
+        sizeof(ortmem_arena_options), 0, ORTMEM_ARENA_CACHE_DEFAULT, 0, NULL                       \
     }
 
 typedef struct ortmem_arena_stats {
@@ -686,6 +697,10 @@ typedef struct ortmem_arena_stats {
     uint64_t frees;
     uint64_t failed_allocs;     /* refused allocs of any cause, bad input included */
     uint64_t quarantined_bytes; /* granules the region quarantined: never handed out again */
+    uint64_t cache_limit_bytes; /* the watermark cached_bytes is kept under (resolved) */
+    uint64_t reclaimed_bytes;   /* cached bytes given back under pressure, in all: by
+                                   ortmem_arena_reclaim, _pressure and allocs refused
+                                   for budget */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,
@@ -705,6 +720,23 @@ ORTMEM_API ortmem_status ortmem_arena_stats_get(ortmem_arena *arena, ortmem_aren
  * failed decommit stops the trim: granules decommitted before it stay
  * decommitted, the rest stay cached, and the status is returned. */
 ORTMEM_API ortmem_status ortmem_arena_trim(ortmem_arena *arena, size_t keep_bytes);
+/* Decommits cached empty granules, least recently emptied first, until
+ * want_bytes (rounded up to the granule) are decommitted or the cache is
+ * empty; *reclaimed_bytes (may be NULL) gets the bytes decommitted. Live
+ * allocations are never touched. The decommitted granules go to the backend's
+ * pool when its cap allows, as every decommit does: owned bytes drop only with
+ * a pool cap of 0 (the default). A run of granules whose decommit fails
+ * counts nothing (one may be unmapped but quarantined, still owned): those
+ * still mapped go back to the cache, first in line; the other runs are
+ * reclaimed, and the first failure is returned with *reclaimed_bytes set to
+ * what they gave back. */
+ORTMEM_API ortmem_status ortmem_arena_reclaim(ortmem_arena *arena, uint64_t want_bytes,
+                                              uint64_t *reclaimed_bytes);
+/* ortmem_arena_reclaim in the shape of ortmem_pressure_fn (governance.h): pass
+ * it with the arena as user to ortmem_holder_set_pressure for the holder whose
+ * account the arena charges. Returns the bytes reclaimed; never fails (a
+ * failed decommit is logged as a warning). */
+ORTMEM_API uint64_t ortmem_arena_pressure(void *arena, uint64_t want_bytes);
 /* The arena's region, for inspection (granule info, base). Committing,
  * decommitting or destroying it directly puts the arena out of step. */
 ORTMEM_API ortmem_region *ortmem_arena_region(ortmem_arena *arena);

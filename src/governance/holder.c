@@ -1,5 +1,6 @@
-/* Holders: registration, the account through which regions and arenas charge
- * them, and refunds of grant-charged memory. */
+/* Holders: registration, a pressure callback set after it, the account
+ * through which regions and arenas charge them, and refunds of
+ * grant-charged memory. */
 #include "core/alloc.h"
 #include "governance/holder.h"
 
@@ -142,6 +143,35 @@ ortmem_status ortmem_holder_unregister(ortmem_holder *h)
     om_free(h);
     om_handle_end_destroy();
     return ORTMEM_OK;
+}
+
+/* Set under the authority's lock, where pressure looks for callbacks; set
+ * once, so a callback pressure already picked never changes under it. */
+ortmem_status ortmem_holder_set_pressure(ortmem_holder *h, ortmem_pressure_fn fn, void *user)
+{
+    om_error_clear();
+    if (!fn)
+        return OM_ERR(ORTMEM_E_INVALID, "holder set pressure: callback is NULL");
+    ortmem_status st = om_holder_pin(h, "holder set pressure");
+    if (st != ORTMEM_OK)
+        return st;
+    ortmem_authority *a = h->authority;
+    pthread_mutex_lock(&a->lock);
+    if (h->builtin) {
+        st = OM_ERR(ORTMEM_E_STATE, "holder set pressure: '%s' is built into the authority",
+                    h->name);
+    } else if (h->on_pressure) {
+        st = OM_ERR(ORTMEM_E_STATE,
+                    "holder set pressure: '%s' has a pressure callback already (set once, at "
+                    "registration or by one earlier call)",
+                    h->name);
+    } else {
+        h->user = user;
+        h->on_pressure = fn;
+    }
+    pthread_mutex_unlock(&a->lock);
+    om_holder_unpin(h);
+    return st;
 }
 
 /* ---- the account ---- */

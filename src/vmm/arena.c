@@ -1,5 +1,5 @@
 /* Arena: a malloc-like sub-allocator over one region. This file: the public
- * entry points (create, destroy, alloc, free, stats, trim); the structures
+ * entry points (create, destroy, alloc, free, stats, trim, reclaim); the structures
  * live in arena_*.c (src/vmm/arena_internal.h lists them).
  *
  * The managed memory may be device memory, so no byte of metadata lives in it:
@@ -13,7 +13,8 @@
  *   ORTMEM_E_DOUBLE_FREE rather than ORTMEM_E_NOT_FOUND; handing the memory
  *   out again drops them;
  * - per granule: how many live allocations touch it, whether it is committed,
- *   and its place in the LRU list of empty committed granules (the cache).
+ *   and its place in the LRU list of empty committed granules (the cache,
+ *   kept under the watermark cache_granules; reclaim empties it on demand).
  *
  * Alloc is transactional: room for the host bookkeeping is made and the granules are
  * committed (one region call for the run) before any index changes, so a
@@ -114,7 +115,14 @@ static void init_arena(ortmem_arena *a, ortmem_region *region, const om_account 
     /* Offsets stay multiples of the quantum; the base is granule-aligned, so
      * addresses are too, and padding is always a whole number of quanta. */
     a->quantum = opt->min_align < a->granule ? opt->min_align : a->granule;
-    a->cache_granules = opt->cache_bytes / a->granule;
+    size_t cache_bytes = opt->cache_bytes;
+    if (cache_bytes == ORTMEM_ARENA_CACHE_DEFAULT)
+        cache_bytes = a->capacity < ORTMEM_ARENA_CACHE_DEFAULT_MAX ? a->capacity
+                                                                   : ORTMEM_ARENA_CACHE_DEFAULT_MAX;
+    /* Never more than the arena has: the reported watermark stays real. */
+    a->cache_granules = cache_bytes / a->granule;
+    if (a->cache_granules > a->granule_count)
+        a->cache_granules = a->granule_count;
     a->lru_head = a->lru_tail = OM_NONE;
 }
 
@@ -337,6 +345,23 @@ static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, vo
     return st;
 }
 
+/* A commit refused for budget while empty granules are cached: the cache
+ * goes (pressure never asks the requester's own holder) and the alloc is
+ * tried once more, so it fails only where an uncached arena's would. */
+static ortmem_status alloc_without_cache(ortmem_arena *a, size_t size, size_t align, void **ptr,
+                                         om_relief *relief)
+{
+    om_error_saved refused;
+    om_error_save(&refused);
+    size_t unmapped = 0;
+    (void)om_cache_evict(a, 0, &unmapped); /* what fails to go stays cached */
+    if (unmapped == 0)
+        return om_error_restore(&refused, ORTMEM_E_BUDGET);
+    a->reclaimed_bytes += (uint64_t)unmapped * a->granule;
+    om_error_clear();
+    return alloc_locked(a, size, align, ptr, relief);
+}
+
 static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align, void **ptr,
                                       om_relief *relief)
 {
@@ -345,6 +370,8 @@ static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align
     if (st != ORTMEM_OK)
         return st;
     st = alloc_locked(a, size, align, ptr, relief);
+    if (st == ORTMEM_E_BUDGET && a->cached_count > 0)
+        st = alloc_without_cache(a, size, align, ptr, relief);
     bool retried =
         st == ORTMEM_E_BUDGET && relief && relief->set && om_account_can_relieve(&relief->account);
     if (st != ORTMEM_OK && !retried)
@@ -428,7 +455,7 @@ static ortmem_status free_locked(ortmem_arena *a, void *ptr, char *warning, size
     if (st != ORTMEM_OK)
         return st;
     unplace(a, b, new_freed_record(a));
-    if (om_cache_evict(a, a->cache_granules) != ORTMEM_OK) {
+    if (om_cache_evict(a, a->cache_granules, NULL) != ORTMEM_OK) {
         /* The block is free either way; the granules stay cached. */
         snprintf(warning, warning_len, "arena free of %p: %s", ptr, ortmem_last_error());
         om_error_clear();
@@ -476,9 +503,9 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
     s.allocs = a->allocs;
     s.frees = a->frees;
     s.failed_allocs = a->failed_allocs;
-    if (stats->struct_size >=
-        offsetof(ortmem_arena_stats, quarantined_bytes) + sizeof s.quarantined_bytes)
-        s.quarantined_bytes = (uint64_t)a->quarantined_count * a->granule;
+    s.quarantined_bytes = (uint64_t)a->quarantined_count * a->granule;
+    s.cache_limit_bytes = (uint64_t)a->cache_granules * a->granule;
+    s.reclaimed_bytes = a->reclaimed_bytes;
     unpin_arena(a);
     memcpy(stats, &s, stats->struct_size);
     return ORTMEM_OK;
@@ -490,12 +517,46 @@ ortmem_status ortmem_arena_trim(ortmem_arena *a, size_t keep_bytes)
     ortmem_status st = pin_arena(a, "arena trim");
     if (st != ORTMEM_OK)
         return st;
-    st = om_cache_evict(a, keep_bytes / a->granule);
+    st = om_cache_evict(a, keep_bytes / a->granule, NULL);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "arena trim to %zu bytes", keep_bytes);
     assert(om_arena_ledger_consistent(a));
     unpin_arena(a);
     return st;
+}
+
+ortmem_status ortmem_arena_reclaim(ortmem_arena *a, uint64_t want_bytes, uint64_t *reclaimed_bytes)
+{
+    om_error_clear();
+    if (reclaimed_bytes)
+        *reclaimed_bytes = 0;
+    ortmem_status st = pin_arena(a, "arena reclaim");
+    if (st != ORTMEM_OK)
+        return st;
+    uint64_t want_granules = want_bytes / a->granule + (want_bytes % a->granule != 0);
+    size_t keep = a->cached_count > want_granules ? a->cached_count - (size_t)want_granules : 0;
+    size_t unmapped = 0;
+    st = om_cache_evict(a, keep, &unmapped);
+    uint64_t got = (uint64_t)unmapped * a->granule;
+    a->reclaimed_bytes += got;
+    if (st != ORTMEM_OK)
+        st = om_error_wrap(st, "arena reclaim of %llu bytes (%llu reclaimed)",
+                           (unsigned long long)want_bytes, (unsigned long long)got);
+    assert(om_arena_ledger_consistent(a));
+    unpin_arena(a);
+    if (reclaimed_bytes)
+        *reclaimed_bytes = got;
+    return st;
+}
+
+uint64_t ortmem_arena_pressure(void *arena, uint64_t want_bytes)
+{
+    uint64_t got = 0;
+    ortmem_status st = ortmem_arena_reclaim(arena, want_bytes, &got);
+    /* Logged with the arena unlocked: the log callback may call into it. */
+    if (st != ORTMEM_OK)
+        om_log(ORTMEM_LOG_WARN, "arena pressure: %s", ortmem_last_error());
+    return got;
 }
 
 ortmem_region *ortmem_arena_region(ortmem_arena *a)

@@ -1,6 +1,7 @@
 /* The arena's granule cache: committed granules that no live allocation
- * touches, kept mapped on an LRU list up to the cache size and decommitted
- * least recently emptied first, one region call per contiguous run
+ * touches, kept mapped on an LRU list up to the watermark (cache_granules)
+ * and decommitted least recently emptied first, one region call per
+ * contiguous run, by a free past the watermark, a trim or a reclaim
  * (src/vmm/arena_internal.h). */
 #include "vmm/arena_internal.h"
 
@@ -99,15 +100,17 @@ typedef struct evict_failure {
     char detail[256];
 } evict_failure;
 
-/* Decommits scratch[i, j) (contiguous granules) with one region call. */
-static void evict_run(ortmem_arena *a, size_t i, size_t j, evict_failure *failure)
+/* Decommits scratch[i, j) (contiguous granules) with one region call;
+ * returns how many went back. A failed run counts none: an unmapped granule
+ * may still be owned, quarantined by the backend, which does not say which. */
+static size_t evict_run(ortmem_arena *a, size_t i, size_t j, evict_failure *failure)
 {
     size_t g = a->granule, g0 = a->scratch[i];
     ortmem_status st = ortmem_region_decommit(a->region, g0 * g, (j - i) * g);
     if (st == ORTMEM_OK) {
         for (size_t k = i; k < j; k++)
             om_granule_decommitted(a, a->scratch[k]);
-        return;
+        return j - i;
     }
     if (failure->status == ORTMEM_OK) {
         failure->status = st;
@@ -116,19 +119,22 @@ static void evict_run(ortmem_arena *a, size_t i, size_t j, evict_failure *failur
         snprintf(failure->detail, sizeof failure->detail, "%s", ortmem_last_error());
     }
     settle_failed_run(a, i, j);
+    return 0;
 }
 
 /* A run whose decommit fails stays committed and cached, first in line next
  * time; the first failure is returned with its detail. */
-ortmem_status om_cache_evict(ortmem_arena *a, size_t keep)
+ortmem_status om_cache_evict(ortmem_arena *a, size_t keep, size_t *unmapped)
 {
-    size_t n = take_oldest(a, keep);
+    size_t n = take_oldest(a, keep), done = 0;
     evict_failure failure = {ORTMEM_OK, 0, 0, ""};
     for (size_t i = 0, j; i < n; i = j) {
         for (j = i + 1; j < n && a->scratch[j] == a->scratch[j - 1] + 1; j++) {
         }
-        evict_run(a, i, j, &failure);
+        done += evict_run(a, i, j, &failure);
     }
+    if (unmapped)
+        *unmapped = done;
     if (failure.status == ORTMEM_OK)
         return ORTMEM_OK;
     return OM_ERR(failure.status,

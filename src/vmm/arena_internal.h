@@ -1,7 +1,7 @@
 /* Private to the arena files (src/vmm/arena*.c): the arena struct and the
  * parts they share.
  *
- * arena.c          create, destroy, alloc, free, stats, trim
+ * arena.c          create, destroy, alloc, free, stats, trim, reclaim
  * arena_tlsf.c     free-block index (TLSF) and block nodes: carve, coalesce
  * arena_map.c      the offset -> entry maps (used blocks, freed starts)
  * arena_granule.c  per-granule live counts, commit and fencing
@@ -71,9 +71,9 @@ struct ortmem_arena {
     size_t granule;
     size_t granule_count;
     size_t min_align;
-    size_t quantum; /* block sizes and offsets are multiples of it */
-    size_t cache_granules;
-    bool destroying; /* a destroy is retiring the handle */
+    size_t quantum;        /* block sizes and offsets are multiples of it */
+    size_t cache_granules; /* the watermark: empty granules kept committed, at most */
+    bool destroying;       /* a destroy is retiring the handle */
     /* Free-block index. */
     uint64_t fl_bitmap;
     uint32_t sl_bitmap[OM_FL_COUNT];
@@ -95,6 +95,7 @@ struct ortmem_arena {
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
     uint64_t allocs, frees, failed_allocs;
+    uint64_t reclaimed_bytes; /* cached bytes given back under pressure, in all */
 };
 
 static inline bool om_is_pow2(size_t v)
@@ -171,7 +172,8 @@ bool om_granule_fence(ortmem_arena *a, size_t i);
 /* most_recent: at the tail (evicted last); else at the head (evicted next). */
 void om_cache_add(ortmem_arena *a, size_t i, bool most_recent);
 void om_cache_remove(ortmem_arena *a, size_t i);
-/* Decommits the least recently emptied granules until at most keep stay. */
-ortmem_status om_cache_evict(ortmem_arena *a, size_t keep);
+/* Decommits the least recently emptied granules until at most keep stay;
+ * *unmapped (may be NULL) gets how many runs that succeeded decommitted. */
+ortmem_status om_cache_evict(ortmem_arena *a, size_t keep, size_t *unmapped);
 
 #endif
