@@ -93,6 +93,12 @@ ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t fr
 /* Returns once the work enqueued on stream so far has completed (one event). */
 ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream);
 
+/* The over-commit bound of one stable sequence of capacity tokens under
+ * policy, as ortmem_kv_growth_evaluate reports it (geometry.c). */
+ortmem_status om_kv_overcommit_bound(const ortmem_kv_geometry *geometry,
+                                     const ortmem_extent_policy *policy, uint64_t capacity,
+                                     uint64_t *bound_bytes);
+
 /* Prefix cache (prefix_cache.c). */
 om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count);
 void om_prefix_unref(ortmem_kv_cache *c, om_prefix *p);
