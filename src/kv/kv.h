@@ -57,8 +57,10 @@ struct ortmem_kv_cache {
     uint32_t max_sequences;
     bool zero_tail, prefix_cache;
     ortmem_backend *host_backend;
-    uint64_t stream;     /* bucket growth copies are ordered on it */
-    ortmem_region *zero; /* one zeroed read-only granule (zero tail) */
+    uint64_t stream;              /* bucket growth copies are ordered on it */
+    ortmem_extent_policy extents; /* stable growth's extent policy (stored, reported) */
+    uint64_t overcommit_bound;    /* of one stable sequence at max_context under it */
+    ortmem_region *zero;          /* one zeroed read-only granule (zero tail) */
     ortmem_kv_seq *seqs;
     uint64_t seq_count;
     om_prefix *lru_head, *lru_tail;
