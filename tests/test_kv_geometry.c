@@ -1006,3 +1006,91 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
     cr_assert_null(memchr(r.err, '\n', strlen(r.err) - 1), "%s", r.err);
     child_result_free(&r);
 }
+
+/* The growth object the tool prints for one cost, field by field. */
+static void growth_json_of(const ortmem_kv_growth_cost *c, char *out, size_t size)
+{
+    snprintf(out, size,
+             "{\"appends\": %" PRIu64 ", \"extents\": %" PRIu64 ", \"calls_create\": %" PRIu64
+             ", \"calls_map\": %" PRIu64 ", \"calls_set_access\": %" PRIu64
+             ", \"calls_unmap\": %" PRIu64 ", \"calls_release\": %" PRIu64
+             ", \"committed_bytes\": %" PRIu64 ", \"live_bytes\": %" PRIu64
+             ", \"overcommit_max_bytes\": %" PRIu64 ", \"overcommit_bound_bytes\": %" PRIu64
+             ", \"largest_extent_bytes\": %" PRIu64 "}",
+             c->appends, c->extents, c->calls_create, c->calls_map, c->calls_set_access,
+             c->calls_unmap, c->calls_release, c->committed_bytes, c->live_bytes,
+             c->overcommit_max_bytes, c->overcommit_bound_bytes, c->largest_extent_bytes);
+}
+
+/* --growth: per layout and policy, the handles and driver calls to the
+ * capacity and to --tokens are ortmem_kv_growth_evaluate's; the table shows
+ * the per-granule 3,584 handles of the GPU bench's KV scenario. */
+Test(kv_geometry_tool, geom_prints_driver_calls_per_policy)
+{
+    const char *args[] = {"--model",  "qwen2.5-7b",    "--capacity", "131072",
+                          "--tokens", "5000",          "--step",     "1024",
+                          "--growth", "--all-layouts", "--json",     NULL};
+    child_result r = geom(args);
+    cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
+    cr_assert_eq(json_number(r.out, "step"), 1024);
+    static const struct {
+        const char *name;
+        ortmem_extent_growth growth;
+        size_t cap;
+    } policies[] = {
+        {"granule", ORTMEM_EXTENT_GRANULE, 0},
+        {"geometric 8MiB", ORTMEM_EXTENT_GEOMETRIC, 8 << 20},
+        {"geometric 32MiB", ORTMEM_EXTENT_GEOMETRIC, 32 << 20},
+        {"geometric 128MiB", ORTMEM_EXTENT_GEOMETRIC, 128 << 20},
+        {"exact", ORTMEM_EXTENT_EXACT, 0},
+    };
+    const char *at = r.out;
+    for (unsigned l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
+        char text[1024];
+        snprintf(text, sizeof text, "\"layout\": \"%s\"",
+                 ortmem_kv_layout_name((ortmem_kv_layout)l));
+        at = strstr(at, text);
+        cr_assert_not_null(at, "%s missing", text);
+        ortmem_kv_geometry g = preset("qwen2.5-7b", (ortmem_kv_layout)l, GRANULE_2M);
+        for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
+            snprintf(text, sizeof text, "\"policy\": \"%s\"", policies[i].name);
+            at = strstr(at, text);
+            cr_assert_not_null(at, "%s missing in %s", text,
+                               ortmem_kv_layout_name((ortmem_kv_layout)l));
+            ortmem_extent_policy p = policy_of(policies[i].growth, policies[i].cap);
+            ortmem_kv_growth_cost full = grow(&g, &p, 131072, 1024, 1024, 131072);
+            ortmem_kv_growth_cost part = grow(&g, &p, 131072, 1024, 1024, 5000);
+            growth_json_of(&full, text, sizeof text);
+            const char *found = strstr(at, text);
+            cr_assert(found && found == strstr(at, "\"to_capacity\"") + strlen("\"to_capacity\": "),
+                      "%s %s: want %s", ortmem_kv_layout_name((ortmem_kv_layout)l),
+                      policies[i].name, text);
+            growth_json_of(&part, text, sizeof text);
+            found = strstr(at, text);
+            cr_assert(found && found == strstr(at, "\"to_tokens\"") + strlen("\"to_tokens\": "),
+                      "%s %s: want %s", ortmem_kv_layout_name((ortmem_kv_layout)l),
+                      policies[i].name, text);
+        }
+    }
+    child_result_free(&r);
+
+    const char *table[] = {"--model", "qwen2.5-7b", "--capacity", "131072", "--growth", NULL};
+    r = geom(table);
+    cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "growth of one stable sequence, head-major, 0 -> 131072 tokens in "
+                            "appends of 1024 (modelled)"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "granule                3584      3584      3584        3584         1"
+                            "      3584"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "geometric 32MiB        1120      1120      1120        1120"), "%s",
+              r.out);
+    cr_assert_null(strstr(r.out, "-> 1 tokens"), "no --tokens, no second block");
+    child_result_free(&r);
+
+    const char *bad[] = {"--model", "qwen2.5-7b", "--growth", "--step", "0", NULL};
+    r = geom(bad);
+    cr_assert_eq(r.status, 2);
+    cr_assert_str_empty(r.out);
+    child_result_free(&r);
+}
