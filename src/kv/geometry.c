@@ -439,11 +439,14 @@ static ortmem_status om_grow_fragment(om_grow *m, om_grow_frag *f, uint64_t live
         uint64_t need = 0, room = 0;
         while (k + need <= last && !om_bit(m->committed, k + need))
             need++;
-        /* Room past the need matters only up to one largest extent. */
-        room = need;
-        while (k + room < f->window_end && room < need + m->cap && !om_bit(m->committed, k + room))
-            room++;
         uint64_t below = f->last_extent && f->tail == k ? f->last_extent : 0;
+        /* The layout looks at room only to see whether a geometric tail's next
+         * extent fits: scanning further would only cost time. */
+        uint64_t next = below == 0 ? 1 : (below >= m->cap / 2 ? m->cap : below * 2);
+        uint64_t enough = m->policy->growth == ORTMEM_EXTENT_GEOMETRIC && next > need ? next : need;
+        room = need;
+        while (k + room < f->window_end && room < enough && !om_bit(m->committed, k + room))
+            room++;
         uint64_t sizes[64];
         size_t count = 0;
         ortmem_status st = ortmem_extent_layout(m->policy, (size_t)m->g, below, need, room, sizes,
