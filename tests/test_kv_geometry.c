@@ -593,6 +593,35 @@ Test(kv_geometry, growth_per_granule_is_todays_handle_count)
     }
 }
 
+/* For every preset and layout: per granule, the handles are the granule
+ * windows the geometry commits (what the cache commits today), and under
+ * every policy the largest over-commit stays below the bound. */
+Test(kv_geometry, growth_matches_the_geometry_for_every_preset_and_layout)
+{
+    const ortmem_extent_policy policies[] = {
+        policy_of(ORTMEM_EXTENT_GRANULE, 0),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 8 << 20),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 32 << 20),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 128 << 20),
+        policy_of(ORTMEM_EXTENT_EXACT, 0),
+    };
+    for (const char *const *name = ortmem_kv_preset_names(); *name; name++) {
+        for (int layout = 0; layout < ORTMEM_KV_LAYOUT_COUNT; layout++) {
+            ortmem_kv_geometry g = preset(*name, (ortmem_kv_layout)layout, GRANULE_2M);
+            for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
+                ortmem_kv_growth_cost c = grow(&g, &policies[i], 32768, 1000, 1000, 30000);
+                cr_assert_lt(c.overcommit_max_bytes, c.overcommit_bound_bytes, "%s %s policy %zu",
+                             *name, ortmem_kv_layout_name((ortmem_kv_layout)layout), i);
+                cr_assert_geq(c.committed_bytes, eval_at(&g, 30000, 32768, 1, 0).committed_bytes);
+                if (i == 0)
+                    cr_assert_eq(c.extents * GRANULE_2M,
+                                 eval_at(&g, 30000, 32768, 1, 0).committed_bytes, "%s %s", *name,
+                                 ortmem_kv_layout_name((ortmem_kv_layout)layout));
+            }
+        }
+    }
+}
+
 /* GEOMETRIC (cap 32 MiB) per layout: head-major fragments of 16 granules take
  * 1, 2, 4, 8 and a last 1 (room clips the 16) = 5 each; seq-major bindings of
  * 64 granules 1, 2, 4, 8, 16, 16, 16, 1 = 8 each; token-major appends of 56 MiB
