@@ -1909,3 +1909,26 @@ Test(kv_cache, explain_states_the_extent_policy_its_bound_and_the_growth_cost)
     cr_assert_null(c);
     env_close(&t);
 }
+
+/* A bucket cache says the policy is for stable growth and models nothing. */
+Test(kv_cache, explain_of_a_bucket_cache_names_the_policy_only)
+{
+    kvt t;
+    env_open(&t, 1024 * MiB, 0);
+    ortmem_kv_cache_options o =
+        cache_options(small_geometry(2, ORTMEM_KV_SEQ_MAJOR), ORTMEM_KV_BUCKET, 4096);
+    cache_open(&t, o);
+    char text[2048];
+    OK(ortmem_kv_cache_explain(t.cache, NULL, text, sizeof text));
+    cr_assert(strstr(text, "bucket was asked for. Extent policy granule: it applies to stable "
+                           "growth; bucket sequences commit whole buckets"),
+              "%s", text);
+    cr_assert_null(strstr(text, "extents:"), "%s", text);
+    tseq *q = tseq_create(&t);
+    grow(&t, q, 300);
+    ortmem_kv_stats s = kv_stats(t.cache);
+    cr_assert_eq(s.overcommit_bytes, 0, "bucket sequences are not counted");
+    cr_assert_eq(s.overcommit_bound_bytes, 0);
+    tseq_free(q);
+    env_close(&t);
+}

@@ -470,6 +470,13 @@ static void om_explain_growth(ortmem_kv_cache *c, char *out, size_t capacity)
 {
     uint64_t cap = 0, g = c->geometry.granule;
     (void)ortmem_extent_cap_granules(&c->extents, (size_t)g, &cap); /* checked at create */
+    if (c->strategy != ORTMEM_KV_STABLE) {
+        snprintf(out, capacity,
+                 ". Extent policy %s: it applies to stable growth; bucket sequences commit "
+                 "whole buckets",
+                 om_growth_name(c->extents.growth));
+        return;
+    }
     int n =
         snprintf(out, capacity,
                  ". Stable growth: extent policy %s, largest extent %llu granules of %llu "
@@ -480,7 +487,7 @@ static void om_explain_growth(ortmem_kv_cache *c, char *out, size_t capacity)
                  om_growth_name(c->extents.growth), (unsigned long long)cap, (unsigned long long)g,
                  (unsigned long long)c->overcommit_bound, (unsigned long long)c->fragments,
                  c->zero_tail ? ", plus the zero granule once per cache" : "");
-    if (n < 0 || (size_t)n >= capacity || c->strategy != ORTMEM_KV_STABLE)
+    if (n < 0 || (size_t)n >= capacity)
         return;
     out += n;
     capacity -= (size_t)n;
