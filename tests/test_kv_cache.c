@@ -1749,3 +1749,186 @@ Test(kv_cache, fault_sweep_over_a_bucket_kv_workload, .timeout = 240)
 {
     fault_sweep(ORTMEM_KV_BUCKET);
 }
+
+/* ---- extent policy, over-commit and its bound ---- */
+
+static ortmem_kv_growth_cost growth_cost(const ortmem_kv_geometry *g, const ortmem_extent_policy *p,
+                                         uint64_t capacity, uint64_t step, uint64_t tokens)
+{
+    ortmem_kv_growth_cost c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    OK(ortmem_kv_growth_evaluate(g, p, capacity, step, step, tokens, &c));
+    return c;
+}
+
+/* Stats against the bound after each operation; bound_each is one sequence's. */
+static void assert_within_bound(kvt *t, uint64_t resident, uint64_t bound_each, bool zero,
+                                const char *when)
+{
+    ortmem_kv_stats s = kv_stats(t->cache);
+    uint64_t want = resident * bound_each + (zero ? G : 0);
+    cr_assert_eq(s.overcommit_bound_bytes, want, "%s: bound %llu, want %llu", when,
+                 (unsigned long long)s.overcommit_bound_bytes, (unsigned long long)want);
+    cr_assert_leq(s.overcommit_bytes, s.overcommit_bound_bytes, "%s: over-commit %llu > %llu", when,
+                  (unsigned long long)s.overcommit_bytes,
+                  (unsigned long long)s.overcommit_bound_bytes);
+}
+
+/* The existing workloads' operations (growth, publish and prompt reuse, fork,
+ * truncate, swap) on every layout, with the zero tail and prefix cache on an
+ * aligned capacity and without them on one whose head fragments start off the
+ * granule. Per granule the bound is one granule per fragment (two when its
+ * base is off the granule) per resident sequence, plus the zero granule. */
+Test(kv_cache, overcommit_stays_within_its_bound_through_every_operation)
+{
+    ortmem_extent_policy granule = {sizeof granule, ORTMEM_EXTENT_GRANULE, 0};
+    for (size_t li = 0; li < LAYOUT_COUNT; li++) {
+        for (int aligned = 0; aligned < 2; aligned++) {
+            kvt t;
+            env_open(&t, 1024 * MiB, 1);
+            uint64_t capacity = aligned ? 1024 : 1000;
+            ortmem_kv_cache_options o =
+                cache_options(small_geometry(2, layouts[li]), ORTMEM_KV_STABLE, capacity);
+            o.zero_tail = aligned;
+            o.prefix_cache = aligned;
+            cache_open(&t, o);
+            ortmem_kv_growth_cost none = growth_cost(&t.geometry, &granule, capacity, 1, 0);
+            uint64_t fragments = evaluate(&t.geometry, 1, capacity, 0, 0).fragments;
+            cr_assert_eq(none.overcommit_bound_bytes, (fragments + none.unaligned_fragments) * G);
+            if (!aligned && layouts[li] == ORTMEM_KV_HEAD_MAJOR)
+                cr_assert_gt(none.unaligned_fragments, 0, "capacity 1000 puts heads off granule");
+            uint64_t each = none.overcommit_bound_bytes;
+            assert_within_bound(&t, 0, each, aligned, "no sequence");
+            tseq *a = tseq_create(&t);
+            for (size_t i = 0; i < sizeof growth_steps / sizeof growth_steps[0]; i++) {
+                if (a->len + growth_steps[i] > 900)
+                    break;
+                grow(&t, a, growth_steps[i]);
+                assert_within_bound(&t, 1, each, aligned, "growth");
+                /* One sequence alone: exactly the granule-window union minus live. */
+                ortmem_kv_eval e = evaluate(&t.geometry, a->len, capacity, 0, 0);
+                ortmem_kv_stats s = kv_stats(t.cache);
+                cr_assert_eq(s.overcommit_bytes,
+                             e.committed_bytes - e.live_bytes + (aligned ? G : 0));
+            }
+            tseq *r = NULL;
+            if (aligned) {
+                int32_t prompt[512]; /* whole granule blocks in every layout */
+                prompt_tokens(prompt, 512, 3);
+                cr_assert_geq(a->len, 512);
+                OK(ortmem_kv_seq_publish(a->s, prompt, 512));
+                r = tseq_new();
+                uint64_t reused = 0;
+                OK(ortmem_kv_seq_create_with_prompt(t.cache, prompt, 512, &r->s, &reused));
+                cr_assert_eq(reused, 512);
+                r->len = reused;
+                assert_within_bound(&t, 2, each, aligned, "prompt reuse");
+                grow(&t, r, 70);
+                assert_within_bound(&t, 2, each, aligned, "append after reuse");
+            }
+            uint64_t others = r ? 1 : 0;
+            tseq *k = fork_of(a);
+            assert_within_bound(&t, 2 + others, each, aligned, "fork");
+            grow(&t, k, 33);
+            grow(&t, a, 17);
+            assert_within_bound(&t, 2 + others, each, aligned, "appends after the fork");
+            truncate_to(a, 150);
+            truncate_to(k, 5);
+            assert_within_bound(&t, 2 + others, each, aligned, "truncate");
+            OK(ortmem_kv_seq_swap_out(k->s));
+            assert_within_bound(&t, 1 + others, each, aligned, "swapped out");
+            OK(ortmem_kv_seq_swap_in(k->s));
+            assert_within_bound(&t, 2 + others, each, aligned, "swapped in");
+            tseq_free(k);
+            tseq_free(r);
+            tseq_free(a);
+            assert_within_bound(&t, 0, each, aligned, "all gone");
+            env_close(&t);
+        }
+    }
+}
+
+/* The policy is stored and validated at create; explain states it, the
+ * bound with its numbers and the modelled growth cost under it and per
+ * granule. */
+Test(kv_cache, explain_states_the_extent_policy_its_bound_and_the_growth_cost)
+{
+    kvt t;
+    env_open(&t, 1024 * MiB, 0);
+    ortmem_kv_cache_options o =
+        cache_options(small_geometry(2, ORTMEM_KV_HEAD_MAJOR), ORTMEM_KV_STABLE, 4096);
+    cr_assert_eq(o.extents.struct_size, sizeof o.extents);
+    cr_assert_eq(o.extents.growth, ORTMEM_EXTENT_GRANULE, "per granule until growth uses extents");
+    o.extents.growth = ORTMEM_EXTENT_GEOMETRIC;
+    o.extents.cap_bytes = 256 * KiB; /* 4 granules */
+    cache_open(&t, o);
+    char text[2048];
+    ortmem_kv_strategy s;
+    OK(ortmem_kv_cache_explain(t.cache, &s, text, sizeof text));
+    ortmem_extent_policy granule = {sizeof granule, ORTMEM_EXTENT_GRANULE, 0};
+    ortmem_kv_growth_cost mine = growth_cost(&t.geometry, &o.extents, 4096, 1024, 4096);
+    ortmem_kv_growth_cost base = growth_cost(&t.geometry, &granule, 4096, 1024, 4096);
+    cr_assert_lt(mine.extents, base.extents);
+    cr_assert(strstr(text, "extent policy geometric, largest extent 4 granules of 65536 bytes"),
+              "%s", text);
+    uint64_t fragments = evaluate(&t.geometry, 1, 4096, 0, 0).fragments;
+    cr_assert_eq(mine.overcommit_bound_bytes, fragments * 4 * G);
+    assert_mentions(text, mine.overcommit_bound_bytes, "bytes per stable sequence");
+    assert_mentions(text, fragments, "fragments");
+    assert_mentions(text, 4096, "tokens in appends of 1024");
+    char want[256];
+    snprintf(want, sizeof want,
+             "geometric %llu extents: %llu create + %llu map + %llu set-access, teardown %llu "
+             "unmap + %llu release",
+             (unsigned long long)mine.extents, (unsigned long long)mine.calls_create,
+             (unsigned long long)mine.calls_map, (unsigned long long)mine.calls_set_access,
+             (unsigned long long)mine.calls_unmap, (unsigned long long)mine.calls_release);
+    cr_assert(strstr(text, want), "'%s' not in: %s", want, text);
+    snprintf(want, sizeof want, "per granule %llu extents: %llu create + %llu map",
+             (unsigned long long)base.extents, (unsigned long long)base.calls_create,
+             (unsigned long long)base.calls_map);
+    cr_assert(strstr(text, want), "'%s' not in: %s", want, text);
+    ortmem_kv_stats st = kv_stats(t.cache);
+    cr_assert_eq(st.overcommit_bytes, 0);
+    cr_assert_eq(st.overcommit_bound_bytes, 0, "no sequence, no zero tail");
+    cache_close(&t);
+
+    /* A bad policy is refused at create, naming it; nothing is left behind. */
+    o.extents.growth = (ortmem_extent_growth)9;
+    ortmem_kv_cache *c = NULL;
+    EXPECT_STATUS(ortmem_kv_cache_create(t.authority, &o, &c), ORTMEM_E_INVALID);
+    cr_assert(strstr(ortmem_last_error(), "unknown growth 9"), "%s", ortmem_last_error());
+    o.extents.growth = ORTMEM_EXTENT_GEOMETRIC;
+    o.extents.cap_bytes = 4 * KiB;
+    EXPECT_STATUS(ortmem_kv_cache_create(t.authority, &o, &c), ORTMEM_E_INVALID);
+    cr_assert(strstr(ortmem_last_error(), "below the granule"), "%s", ortmem_last_error());
+    o.extents.struct_size = 0;
+    o.extents.cap_bytes = 0;
+    EXPECT_STATUS(ortmem_kv_cache_create(t.authority, &o, &c), ORTMEM_E_INVALID);
+    cr_assert_null(c);
+    env_close(&t);
+}
+
+/* A bucket cache says the policy is for stable growth and models nothing. */
+Test(kv_cache, explain_of_a_bucket_cache_names_the_policy_only)
+{
+    kvt t;
+    env_open(&t, 1024 * MiB, 0);
+    ortmem_kv_cache_options o =
+        cache_options(small_geometry(2, ORTMEM_KV_SEQ_MAJOR), ORTMEM_KV_BUCKET, 4096);
+    cache_open(&t, o);
+    char text[2048];
+    OK(ortmem_kv_cache_explain(t.cache, NULL, text, sizeof text));
+    cr_assert(strstr(text, "bucket was asked for. Extent policy granule: it applies to stable "
+                           "growth; bucket sequences commit whole buckets"),
+              "%s", text);
+    cr_assert_null(strstr(text, "extents:"), "%s", text);
+    tseq *q = tseq_create(&t);
+    grow(&t, q, 300);
+    ortmem_kv_stats s = kv_stats(t.cache);
+    cr_assert_eq(s.overcommit_bytes, 0, "bucket sequences are not counted");
+    cr_assert_eq(s.overcommit_bound_bytes, 0);
+    tseq_free(q);
+    env_close(&t);
+}

@@ -543,6 +543,220 @@ Test(kv_geometry, capacity_with_and_without_a_shared_prefix)
 
 /* ---- ortmem-geom ---- */
 
+/* ---- growth over extents ---- */
+
+static ortmem_extent_policy policy_of(ortmem_extent_growth growth, size_t cap_bytes)
+{
+    ortmem_extent_policy p = ORTMEM_EXTENT_POLICY_INIT;
+    p.growth = growth;
+    p.cap_bytes = cap_bytes;
+    return p;
+}
+
+static ortmem_kv_growth_cost grow(const ortmem_kv_geometry *g, const ortmem_extent_policy *p,
+                                  uint64_t capacity, uint64_t first, uint64_t step, uint64_t tokens)
+{
+    ortmem_kv_growth_cost c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    OK(ortmem_kv_growth_evaluate(g, p, capacity, first, step, tokens, &c));
+    return c;
+}
+
+/* The GPU bench's KV scenario (bench/gpu_bench.cpp): qwen2.5-7b, appends of
+ * 1,024 tokens from 0 to 128K. Per granule: 224 head fragments of 16 granules
+ * each, one handle per granule = 3,584, as the issue counts. */
+Test(kv_geometry, growth_per_granule_is_todays_handle_count)
+{
+    ortmem_kv_geometry g = preset("qwen2.5-7b", ORTMEM_KV_HEAD_MAJOR, GRANULE_2M);
+    ortmem_extent_policy granule = policy_of(ORTMEM_EXTENT_GRANULE, 0);
+    ortmem_kv_growth_cost c = grow(&g, &granule, 131072, 1024, 1024, 131072);
+    cr_assert_eq(c.appends, 128);
+    cr_assert_eq(c.extents, 3584);
+    cr_assert_eq(c.calls_create, 3584);
+    cr_assert_eq(c.calls_map, 3584);
+    cr_assert_eq(c.calls_set_access, 3584, "no two new granules of one append touch");
+    cr_assert_eq(c.calls_release, 3584);
+    cr_assert_eq(c.calls_unmap, 1, "the whole sequence is one mapped run at 128K");
+    cr_assert_eq(c.largest_extent_bytes, GRANULE_2M);
+    cr_assert_eq(c.committed_bytes, c.live_bytes);
+    cr_assert_eq(c.committed_bytes, (uint64_t)7 << 30);
+    cr_assert_eq(c.unaligned_fragments, 0);
+    cr_assert_eq(c.overcommit_bound_bytes, 224 * GRANULE_2M);
+    /* After the first append every fragment holds 256 KiB of one granule. */
+    cr_assert_eq(c.overcommit_max_bytes, 224 * (GRANULE_2M - 1024 * 256));
+    /* The same count as the granule-window union at every layout's end. */
+    for (int layout = 0; layout < ORTMEM_KV_LAYOUT_COUNT; layout++) {
+        ortmem_kv_geometry l = preset("qwen2.5-7b", (ortmem_kv_layout)layout, GRANULE_2M);
+        ortmem_kv_growth_cost lc = grow(&l, &granule, 131072, 1024, 1024, 131072);
+        cr_assert_eq(lc.extents * GRANULE_2M, eval_at(&l, 131072, 131072, 1, 0).committed_bytes);
+    }
+}
+
+/* For every preset and layout: per granule, the handles are the granule
+ * windows the geometry commits (what the cache commits today), and under
+ * every policy the largest over-commit stays below the bound. */
+Test(kv_geometry, growth_matches_the_geometry_for_every_preset_and_layout)
+{
+    const ortmem_extent_policy policies[] = {
+        policy_of(ORTMEM_EXTENT_GRANULE, 0),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 8 << 20),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 32 << 20),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 128 << 20),
+        policy_of(ORTMEM_EXTENT_EXACT, 0),
+    };
+    for (const char *const *name = ortmem_kv_preset_names(); *name; name++) {
+        for (int layout = 0; layout < ORTMEM_KV_LAYOUT_COUNT; layout++) {
+            ortmem_kv_geometry g = preset(*name, (ortmem_kv_layout)layout, GRANULE_2M);
+            for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
+                ortmem_kv_growth_cost c = grow(&g, &policies[i], 32768, 1000, 1000, 30000);
+                cr_assert_lt(c.overcommit_max_bytes, c.overcommit_bound_bytes, "%s %s policy %zu",
+                             *name, ortmem_kv_layout_name((ortmem_kv_layout)layout), i);
+                cr_assert_geq(c.committed_bytes, eval_at(&g, 30000, 32768, 1, 0).committed_bytes);
+                if (i == 0)
+                    cr_assert_eq(c.extents * GRANULE_2M,
+                                 eval_at(&g, 30000, 32768, 1, 0).committed_bytes, "%s %s", *name,
+                                 ortmem_kv_layout_name((ortmem_kv_layout)layout));
+            }
+        }
+    }
+}
+
+/* GEOMETRIC (cap 32 MiB) per layout: head-major fragments of 16 granules take
+ * 1, 2, 4, 8 and a last 1 (room clips the 16) = 5 each; seq-major bindings of
+ * 64 granules 1, 2, 4, 8, 16, 16, 16, 1 = 8 each; token-major appends of 56 MiB
+ * are asks of at least the next extent: 16 + 8 + 4 granules each. */
+Test(kv_geometry, growth_geometric_makes_far_fewer_handles)
+{
+    ortmem_extent_policy geometric = policy_of(ORTMEM_EXTENT_GEOMETRIC, 32 << 20);
+    static const uint64_t want[ORTMEM_KV_LAYOUT_COUNT] = {224 * 5, 56 * 8, 128 * 3};
+    static const uint64_t set_access[ORTMEM_KV_LAYOUT_COUNT] = {224 * 5, 56 * 8, 128};
+    for (int layout = 0; layout < ORTMEM_KV_LAYOUT_COUNT; layout++) {
+        ortmem_kv_geometry g = preset("qwen2.5-7b", (ortmem_kv_layout)layout, GRANULE_2M);
+        ortmem_kv_growth_cost c = grow(&g, &geometric, 131072, 1024, 1024, 131072);
+        cr_assert_eq(c.extents, want[layout], "%s: %" PRIu64 " extents",
+                     ortmem_kv_layout_name((ortmem_kv_layout)layout), c.extents);
+        cr_assert_eq(c.calls_create, c.extents);
+        cr_assert_eq(c.calls_map, c.extents);
+        cr_assert_eq(c.calls_release, c.extents);
+        cr_assert_eq(c.calls_set_access, set_access[layout]);
+        cr_assert_eq(c.largest_extent_bytes,
+                     (uint64_t)(layout == ORTMEM_KV_HEAD_MAJOR ? 16 : 32) << 20,
+                     "head-major windows hold 16 granules: the 16 never fits");
+        cr_assert_eq(c.committed_bytes, c.live_bytes, "full at 128K: nothing over-committed");
+        uint64_t fragments = eval_at(&g, 1, 131072, 1, 0).fragments;
+        cr_assert_eq(c.overcommit_bound_bytes, fragments * ((uint64_t)32 << 20));
+        cr_assert_lt(c.overcommit_max_bytes, c.overcommit_bound_bytes);
+        cr_assert_lt(c.extents * 3, 3584, "at least three times fewer handles than per granule");
+    }
+}
+
+/* EXACT lays what each append asks: per granule where appends touch one new
+ * granule per fragment, whole asks where they are larger. */
+Test(kv_geometry, growth_exact_lays_each_ask)
+{
+    ortmem_extent_policy exact = policy_of(ORTMEM_EXTENT_EXACT, 0);
+    ortmem_kv_geometry g = preset("qwen2.5-7b", ORTMEM_KV_TOKEN_MAJOR, GRANULE_2M);
+    ortmem_kv_growth_cost c = grow(&g, &exact, 131072, 131072, 1024, 131072);
+    cr_assert_eq(c.appends, 1);
+    cr_assert_eq(c.extents, 3, "7 GiB as powers of two: 4 GiB + 2 GiB + 1 GiB");
+    cr_assert_eq(c.largest_extent_bytes, (uint64_t)4 << 30);
+    cr_assert_eq(c.calls_set_access, 1, "one append, one run");
+    ortmem_kv_geometry h = preset("qwen2.5-7b", ORTMEM_KV_HEAD_MAJOR, GRANULE_2M);
+    c = grow(&h, &exact, 131072, 1024, 1024, 131072);
+    cr_assert_eq(c.extents, 3584, "each append of 256 KiB a fragment needs at most one granule");
+}
+
+/* Every committed granule is needed by some fragment's tokens or lies in one
+ * fragment's last extent, so after every append, for every geometry (aligned
+ * or not, fragments sharing granules or not) and step:
+ * committed >= the granule-window union and committed - live < the bound. */
+Test(kv_geometry, growth_bound_holds_at_every_step_for_random_steps)
+{
+    srand(20261203);
+    const ortmem_kv_geometry geometries[] = {
+        preset("qwen2.5-0.5b", ORTMEM_KV_HEAD_MAJOR, 64 * KiB),
+        preset("qwen2.5-0.5b", ORTMEM_KV_SEQ_MAJOR, 64 * KiB),
+        preset("smollm2-135m", ORTMEM_KV_HEAD_MAJOR, 64 * KiB),
+        preset("smollm2-135m", ORTMEM_KV_TOKEN_MAJOR, 64 * KiB),
+        dims(2, 3, 40, ORTMEM_KV_F16, ORTMEM_KV_HEAD_MAJOR, 4 * KiB), /* 80-byte rows */
+        dims(3, 5, 24, ORTMEM_KV_FP8, ORTMEM_KV_SEQ_MAJOR, 4 * KiB),
+    };
+    const ortmem_extent_policy policies[] = {
+        policy_of(ORTMEM_EXTENT_GRANULE, 0),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 0),
+        policy_of(ORTMEM_EXTENT_GEOMETRIC, 256 * KiB),
+        policy_of(ORTMEM_EXTENT_EXACT, 0),
+    };
+    uint64_t unaligned_seen = 0;
+    for (size_t gi = 0; gi < sizeof geometries / sizeof geometries[0]; gi++) {
+        const ortmem_kv_geometry *g = &geometries[gi];
+        for (size_t round = 0; round < 12; round++) {
+            size_t pi = round % (sizeof policies / sizeof policies[0]);
+            /* About 20 to 40 appends: each step below is evaluated from 0. */
+            uint64_t capacity = 700 + (uint64_t)(rand() % 3000);
+            uint64_t first = 1 + (uint64_t)(rand() % 300);
+            uint64_t step = capacity / 40 + 1 + (uint64_t)(rand() % (capacity / 40 + 1));
+            ortmem_kv_growth_cost all = grow(g, &policies[pi], capacity, first, step, capacity);
+            unaligned_seen += all.unaligned_fragments;
+            uint64_t bound = all.overcommit_bound_bytes;
+            for (uint64_t t = first < capacity ? first : capacity;;) {
+                ortmem_kv_growth_cost c = grow(g, &policies[pi], capacity, first, step, t);
+                cr_assert_eq(c.overcommit_bound_bytes, bound);
+                cr_assert_geq(c.committed_bytes, union_granules(g, t, capacity) * g->granule,
+                              "geometry %zu policy %zu at %" PRIu64 " tokens", gi, pi, t);
+                cr_assert_lt(c.committed_bytes - c.live_bytes, bound,
+                             "geometry %zu policy %zu capacity %" PRIu64 " first %" PRIu64
+                             " step %" PRIu64 " at %" PRIu64 " tokens: %" PRIu64 " over",
+                             gi, pi, capacity, first, step, t, c.committed_bytes - c.live_bytes);
+                cr_assert_leq(c.overcommit_max_bytes, all.overcommit_max_bytes);
+                if (pi == 0)
+                    cr_assert_eq(c.committed_bytes, union_granules(g, t, capacity) * g->granule,
+                                 "per granule commits exactly the union");
+                if (t == capacity)
+                    break;
+                t = capacity - t < step ? capacity : t + step;
+            }
+        }
+    }
+    cr_assert_gt(unaligned_seen, 0, "some geometry has fragments off the granule");
+}
+
+Test(kv_geometry, growth_bad_input_is_a_status)
+{
+    ortmem_kv_geometry g = preset("qwen2.5-7b", ORTMEM_KV_HEAD_MAJOR, GRANULE_2M);
+    ortmem_extent_policy p = policy_of(ORTMEM_EXTENT_GEOMETRIC, 0);
+    ortmem_kv_growth_cost c = {.struct_size = sizeof c};
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(NULL, &p, 1024, 1, 1, 1, &c), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, NULL, 1024, 1, 1, 1, &c), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &p, 1024, 1, 1, 1, NULL), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &p, 0, 1, 1, 0, &c), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &p, 1024, 1, 1, 1025, &c), ORTMEM_E_RANGE);
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &p, 1024, 0, 1, 10, &c), ORTMEM_E_INVALID);
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &p, 1024, 1, 0, 10, &c), ORTMEM_E_INVALID);
+    /* 2^23 appends of one token over 224 fragments is too much to simulate. */
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &p, (uint64_t)1 << 23, 1, 1, (uint64_t)1 << 23, &c),
+                  ORTMEM_E_RANGE);
+    ortmem_extent_policy bad = p;
+    bad.growth = (ortmem_extent_growth)7;
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &bad, 1024, 1, 1, 1, &c), ORTMEM_E_INVALID);
+    bad = p;
+    bad.cap_bytes = 4096; /* below the granule */
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&g, &bad, 1024, 1, 1, 1, &c), ORTMEM_E_INVALID);
+    ortmem_kv_geometry odd = g;
+    odd.granule = 3 * MiB;
+    EXPECT_STATUS(ortmem_kv_growth_evaluate(&odd, &p, 1024, 1, 1, 1, &c), ORTMEM_E_INVALID);
+    /* Nothing was written by a refusal; zero tokens cost nothing. */
+    cr_assert_eq(c.extents, 0);
+    c = grow(&g, &p, 1024, 1, 1, 0);
+    cr_assert_eq(c.appends, 0);
+    cr_assert_eq(c.extents, 0);
+    /* Capacity 1024: heads of 256 KiB, four to a granule; the three heads of
+     * each binding that start off the granule add one granule each. */
+    cr_assert_eq(c.unaligned_fragments, 3 * 56);
+    cr_assert_eq(c.overcommit_bound_bytes, (224 + 3 * 56) * GRANULE_2M);
+}
+
 static void make_tmpdir(void)
 {
     tmpdir_make("ortmem-geom");
@@ -819,5 +1033,93 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
     r = geom(bad_args);
     cr_assert_eq(r.status, 2);
     cr_assert_null(memchr(r.err, '\n', strlen(r.err) - 1), "%s", r.err);
+    child_result_free(&r);
+}
+
+/* The growth object the tool prints for one cost, field by field. */
+static void growth_json_of(const ortmem_kv_growth_cost *c, char *out, size_t size)
+{
+    snprintf(out, size,
+             "{\"appends\": %" PRIu64 ", \"extents\": %" PRIu64 ", \"calls_create\": %" PRIu64
+             ", \"calls_map\": %" PRIu64 ", \"calls_set_access\": %" PRIu64
+             ", \"calls_unmap\": %" PRIu64 ", \"calls_release\": %" PRIu64
+             ", \"committed_bytes\": %" PRIu64 ", \"live_bytes\": %" PRIu64
+             ", \"overcommit_max_bytes\": %" PRIu64 ", \"overcommit_bound_bytes\": %" PRIu64
+             ", \"largest_extent_bytes\": %" PRIu64 "}",
+             c->appends, c->extents, c->calls_create, c->calls_map, c->calls_set_access,
+             c->calls_unmap, c->calls_release, c->committed_bytes, c->live_bytes,
+             c->overcommit_max_bytes, c->overcommit_bound_bytes, c->largest_extent_bytes);
+}
+
+/* --growth: per layout and policy, the handles and driver calls to the
+ * capacity and to --tokens are ortmem_kv_growth_evaluate's; the table shows
+ * the per-granule 3,584 handles of the GPU bench's KV scenario. */
+Test(kv_geometry_tool, geom_prints_driver_calls_per_policy)
+{
+    const char *args[] = {"--model",  "qwen2.5-7b",    "--capacity", "131072",
+                          "--tokens", "5000",          "--step",     "1024",
+                          "--growth", "--all-layouts", "--json",     NULL};
+    child_result r = geom(args);
+    cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
+    cr_assert_eq(json_number(r.out, "step"), 1024);
+    static const struct {
+        const char *name;
+        ortmem_extent_growth growth;
+        size_t cap;
+    } policies[] = {
+        {"granule", ORTMEM_EXTENT_GRANULE, 0},
+        {"geometric 8MiB", ORTMEM_EXTENT_GEOMETRIC, 8 << 20},
+        {"geometric 32MiB", ORTMEM_EXTENT_GEOMETRIC, 32 << 20},
+        {"geometric 128MiB", ORTMEM_EXTENT_GEOMETRIC, 128 << 20},
+        {"exact", ORTMEM_EXTENT_EXACT, 0},
+    };
+    const char *at = r.out;
+    for (unsigned l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
+        char text[1024];
+        snprintf(text, sizeof text, "\"layout\": \"%s\"",
+                 ortmem_kv_layout_name((ortmem_kv_layout)l));
+        at = strstr(at, text);
+        cr_assert_not_null(at, "%s missing", text);
+        ortmem_kv_geometry g = preset("qwen2.5-7b", (ortmem_kv_layout)l, GRANULE_2M);
+        for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
+            snprintf(text, sizeof text, "\"policy\": \"%s\"", policies[i].name);
+            at = strstr(at, text);
+            cr_assert_not_null(at, "%s missing in %s", text,
+                               ortmem_kv_layout_name((ortmem_kv_layout)l));
+            ortmem_extent_policy p = policy_of(policies[i].growth, policies[i].cap);
+            ortmem_kv_growth_cost full = grow(&g, &p, 131072, 1024, 1024, 131072);
+            ortmem_kv_growth_cost part = grow(&g, &p, 131072, 1024, 1024, 5000);
+            growth_json_of(&full, text, sizeof text);
+            const char *found = strstr(at, text);
+            cr_assert(found && found == strstr(at, "\"to_capacity\"") + strlen("\"to_capacity\": "),
+                      "%s %s: want %s", ortmem_kv_layout_name((ortmem_kv_layout)l),
+                      policies[i].name, text);
+            growth_json_of(&part, text, sizeof text);
+            found = strstr(at, text);
+            cr_assert(found && found == strstr(at, "\"to_tokens\"") + strlen("\"to_tokens\": "),
+                      "%s %s: want %s", ortmem_kv_layout_name((ortmem_kv_layout)l),
+                      policies[i].name, text);
+        }
+    }
+    child_result_free(&r);
+
+    const char *table[] = {"--model", "qwen2.5-7b", "--capacity", "131072", "--growth", NULL};
+    r = geom(table);
+    cr_assert_eq(r.status, 0, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "growth of one stable sequence, head-major, 0 -> 131072 tokens in "
+                            "appends of 1024 (modelled)"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "granule                3584      3584      3584        3584         1"
+                            "      3584"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "geometric 32MiB        1120      1120      1120        1120"), "%s",
+              r.out);
+    cr_assert_null(strstr(r.out, "-> 1 tokens"), "no --tokens, no second block");
+    child_result_free(&r);
+
+    const char *bad[] = {"--model", "qwen2.5-7b", "--growth", "--step", "0", NULL};
+    r = geom(bad);
+    cr_assert_eq(r.status, 2);
+    cr_assert_str_empty(r.out);
     child_result_free(&r);
 }

@@ -123,6 +123,47 @@ ORTMEM_API ortmem_status ortmem_kv_capacity(const ortmem_kv_geometry *geometry,
                                             uint64_t capacity, uint64_t prefix,
                                             uint64_t *without_prefix, uint64_t *with_prefix);
 
+/* ---- Growth over extents ----------------------------------------------------
+ * What growing one stable sequence costs under an extent policy: a pure model
+ * of the commits, laid fragment by fragment in ascending offset with
+ * ortmem_extent_layout (below = the last extent laid at that fragment's tail,
+ * room = up to the fragment's granule window end or the next committed
+ * granule, need = the granules the new tokens touch that are not committed).
+ * A granule two fragments share is committed once, by the first that needs it.
+ * docs/memory/KV_GEOMETRY.md ("Growth over extents"). */
+typedef struct ortmem_kv_growth_cost {
+    size_t struct_size;
+    uint64_t appends;                     /* the first one included */
+    uint64_t extents;                     /* handles created */
+    uint64_t calls_create, calls_map;     /* one each per extent */
+    uint64_t calls_set_access;            /* one per contiguous run of extents
+                                                           committed by one append */
+    uint64_t calls_unmap;                 /* teardown: one per contiguous run */
+    uint64_t calls_release;               /* teardown, no pool: one per extent */
+    uint64_t committed_bytes, live_bytes; /* at tokens */
+    uint64_t overcommit_max_bytes;        /* the largest committed - live after
+                                                           any append */
+    uint64_t overcommit_bound_bytes;      /* sum over fragments of the largest
+                                                           extent that fits its window (cap;
+                                                           GRANULE: one granule), plus one
+                                                           granule per fragment whose base is
+                                                           not on a granule */
+    uint64_t largest_extent_bytes;
+    uint64_t unaligned_fragments; /* fragment bases not on a granule */
+} ortmem_kv_growth_cost;
+
+/* Grows one stable sequence of capacity tokens from 0 to tokens: a first
+ * append of first_tokens (clipped to tokens), then appends of step_tokens (the
+ * last one clipped). No zero tail and no pool are modelled. ORTMEM_E_INVALID
+ * (bad geometry or policy, capacity 0, first_tokens or step_tokens 0 while
+ * tokens > 0), ORTMEM_E_RANGE (tokens above capacity; more than 2^30
+ * fragment-appends to simulate), ORTMEM_E_OVERFLOW, ORTMEM_E_NOMEM. */
+ORTMEM_API ortmem_status ortmem_kv_growth_evaluate(const ortmem_kv_geometry *geometry,
+                                                   const ortmem_extent_policy *policy,
+                                                   uint64_t capacity, uint64_t first_tokens,
+                                                   uint64_t step_tokens, uint64_t tokens,
+                                                   ortmem_kv_growth_cost *cost);
+
 /* ---- The KV cache -----------------------------------------------------------*/
 typedef struct ortmem_kv_cache ortmem_kv_cache;
 typedef struct ortmem_kv_seq ortmem_kv_seq;
@@ -151,12 +192,18 @@ typedef struct ortmem_kv_cache_options {
     int priority;                 /* of the cache's holders */
     ortmem_backend *host_backend; /* swap tier; NULL = no swap */
     uint64_t stream;              /* bucket growth copies on this stream (0 = default) */
+    ortmem_extent_policy extents; /* stable growth's extent policy [GRANULE]; stored and
+                                     reported: growth commits per granule until the region
+                                     commits extents (docs/memory/KV_CACHE.md) */
 } ortmem_kv_cache_options;
 
 #define ORTMEM_KV_CACHE_OPTIONS_INIT                                                               \
     {                                                                                              \
         sizeof(ortmem_kv_cache_options), ORTMEM_KV_GEOMETRY_INIT, ORTMEM_KV_AUTO, 0, 0, 0, 0, 0,   \
-            0, 0, 0, NULL, 0                                                                       \
+            0, 0, 0, NULL, 0,                                                                      \
+        {                                                                                          \
+            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GRANULE, 0                                 \
+        }                                                                                          \
     }
 
 /* Creates a cache on the authority's backend. It registers two holders, "kv"
@@ -250,6 +297,10 @@ typedef struct ortmem_kv_stats {
     uint64_t prefix_evicted;     /* entries evicted under pressure */
     uint64_t swaps_out, swaps_in;
     uint64_t zero_tail_mapped_bytes; /* the zero granule's aliases */
+    uint64_t overcommit_bytes;       /* committed - live of the resident stable sequences, plus
+                                        the zero granule */
+    uint64_t overcommit_bound_bytes; /* their bounds (as ortmem_kv_growth_evaluate states
+                                        them under the cache's policy), plus the zero granule */
 } ortmem_kv_stats;
 
 ORTMEM_API ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *cache, ortmem_kv_stats *stats);

@@ -331,6 +331,12 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     st = ortmem_kv_evaluate(&o.geometry, 0, o.max_context, 1, 0, o.min_bucket, &e);
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "kv cache create");
+    /* o started from the INIT values: an older, shorter options struct gets
+     * the default policy. */
+    uint64_t bound = 0;
+    st = om_kv_overcommit_bound(&o.geometry, &o.extents, o.max_context, &bound);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "kv cache create: extent policy");
     ortmem_kv_cache *c = om_calloc(1, sizeof *c);
     if (!c)
         return OM_ERR(ORTMEM_E_NOMEM, "kv cache create: bookkeeping");
@@ -347,6 +353,8 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     c->zero_tail = o.zero_tail != 0;
     c->host_backend = o.host_backend;
     c->stream = o.stream;
+    c->extents = o.extents;
+    c->overcommit_bound = bound;
     om_choose(c, &o);
     c->prefix_cache = o.prefix_cache && c->strategy == ORTMEM_KV_STABLE;
     if (o.prefix_cache && !c->prefix_cache)
@@ -432,6 +440,86 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
     return fst;
 }
 
+static const char *om_growth_name(ortmem_extent_growth growth)
+{
+    return growth == ORTMEM_EXTENT_GRANULE ? "granule"
+           : growth == ORTMEM_EXTENT_EXACT ? "exact"
+                                           : "geometric";
+}
+
+#define OM_EXPLAIN_STEP 1024 /* tokens per append in the modelled growth (the GPU bench's) */
+
+/* "<name> E extents: C create + M map + S set-access, teardown U unmap + R release" */
+static int om_explain_cost(char *out, size_t capacity, const char *name,
+                           const ortmem_kv_growth_cost *k)
+{
+    return snprintf(out, capacity,
+                    "%s %llu extents: %llu create + %llu map + %llu set-access, teardown %llu "
+                    "unmap + %llu release, over-commit at most %llu bytes, largest extent %llu "
+                    "bytes",
+                    name, (unsigned long long)k->extents, (unsigned long long)k->calls_create,
+                    (unsigned long long)k->calls_map, (unsigned long long)k->calls_set_access,
+                    (unsigned long long)k->calls_unmap, (unsigned long long)k->calls_release,
+                    (unsigned long long)k->overcommit_max_bytes,
+                    (unsigned long long)k->largest_extent_bytes);
+}
+
+/* Appends the extent policy, the over-commit bound with its numbers and the
+ * modelled growth cost to max_context under the policy and per granule. */
+static void om_explain_growth(ortmem_kv_cache *c, char *out, size_t capacity)
+{
+    uint64_t cap = 0, g = c->geometry.granule;
+    (void)ortmem_extent_cap_granules(&c->extents, (size_t)g, &cap); /* checked at create */
+    if (c->strategy != ORTMEM_KV_STABLE) {
+        snprintf(out, capacity,
+                 ". Extent policy %s: it applies to stable growth; bucket sequences commit "
+                 "whole buckets",
+                 om_growth_name(c->extents.growth));
+        return;
+    }
+    int n =
+        snprintf(out, capacity,
+                 ". Stable growth: extent policy %s, largest extent %llu granules of %llu "
+                 "bytes; it is stored and modelled, and growth commits per granule until the "
+                 "region commits extents. Over-commit bound: committed - live <= %llu bytes "
+                 "per stable sequence (%llu fragments, each at most its largest extent, plus "
+                 "a granule per fragment base off the granule)%s",
+                 om_growth_name(c->extents.growth), (unsigned long long)cap, (unsigned long long)g,
+                 (unsigned long long)c->overcommit_bound, (unsigned long long)c->fragments,
+                 c->zero_tail ? ", plus the zero granule once per cache" : "");
+    if (n < 0 || (size_t)n >= capacity)
+        return;
+    out += n;
+    capacity -= (size_t)n;
+    ortmem_extent_policy granule = {sizeof granule, ORTMEM_EXTENT_GRANULE, 0};
+    ortmem_kv_growth_cost policy_cost = {.struct_size = sizeof policy_cost};
+    ortmem_kv_growth_cost granule_cost = {.struct_size = sizeof granule_cost};
+    uint64_t step = c->max_context < OM_EXPLAIN_STEP ? c->max_context : OM_EXPLAIN_STEP;
+    if (ortmem_kv_growth_evaluate(&c->geometry, &c->extents, c->max_context, step, step,
+                                  c->max_context, &policy_cost) != ORTMEM_OK ||
+        ortmem_kv_growth_evaluate(&c->geometry, &granule, c->max_context, step, step,
+                                  c->max_context, &granule_cost) != ORTMEM_OK) {
+        snprintf(out, capacity, ". Growth cost not modelled: %s", ortmem_last_error());
+        om_error_clear();
+        return;
+    }
+    n = snprintf(out, capacity, ". Growth 0 -> %llu tokens in appends of %llu (modelled): ",
+                 (unsigned long long)c->max_context, (unsigned long long)step);
+    if (n < 0 || (size_t)n >= capacity)
+        return;
+    out += n;
+    capacity -= (size_t)n;
+    n = om_explain_cost(out, capacity, om_growth_name(c->extents.growth), &policy_cost);
+    if (n < 0 || (size_t)n >= capacity)
+        return;
+    out += n;
+    capacity -= (size_t)n;
+    n = snprintf(out, capacity, "; ");
+    if (n < 0 || (size_t)n >= capacity)
+        return;
+    (void)om_explain_cost(out + n, capacity - (size_t)n, "per granule", &granule_cost);
+}
+
 ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *c, ortmem_kv_strategy *strategy,
                                       char *buffer, size_t capacity)
 {
@@ -441,8 +529,11 @@ ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *c, ortmem_kv_strategy *st
         return st;
     if (strategy)
         *strategy = c->strategy;
-    if (buffer && capacity)
-        snprintf(buffer, capacity, "%s", c->reason);
+    if (buffer && capacity) {
+        int n = snprintf(buffer, capacity, "%s", c->reason);
+        if (n >= 0 && (size_t)n < capacity)
+            om_explain_growth(c, buffer + n, capacity - (size_t)n);
+    }
     om_handle_unpin(&c->hdr);
     return ORTMEM_OK;
 }
@@ -504,13 +595,23 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
         s.live_tokens += q->length;
         if (q->region && !q->host) {
             s.reserved_va_bytes += ortmem_region_size(q->region);
+            uint64_t mapped = 0; /* granules holding the sequence's bytes (not the zero tail) */
             for (size_t k = 0; k < q->granules; k++) {
                 ortmem_granule_info info = {.struct_size = sizeof info};
                 if (q->zero_mapped[k])
                     s.zero_tail_mapped_bytes += g;
                 else if (ortmem_region_granule_info(q->region, k * g, &info) == ORTMEM_OK &&
-                         info.state == ORTMEM_GRANULE_MAPPED && info.mappers > 1)
-                    s.shared_granules++;
+                         info.state == ORTMEM_GRANULE_MAPPED) {
+                    mapped++;
+                    s.shared_granules += info.mappers > 1;
+                }
+            }
+            uint64_t live = q->length * c->bytes_per_token, bound = c->overcommit_bound;
+            if (c->strategy == ORTMEM_KV_STABLE) {
+                if (q->capacity != c->max_context)
+                    (void)om_kv_overcommit_bound(&c->geometry, &c->extents, q->capacity, &bound);
+                s.overcommit_bytes += mapped * g > live ? mapped * g - live : 0;
+                s.overcommit_bound_bytes += bound;
             }
         }
         pthread_mutex_unlock(&q->lock);
@@ -521,6 +622,10 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
     om_add_holder(c->holder, &s);
     om_add_holder(c->prefix_holder, &s);
     s.committed_granules = s.committed_bytes / g;
+    if (c->zero) { /* the zero granule holds no live byte */
+        s.overcommit_bytes += g;
+        s.overcommit_bound_bytes += g;
+    }
     s.struct_size = stats->struct_size;
     memcpy(stats, &s, stats->struct_size);
     om_handle_unpin(&c->hdr);

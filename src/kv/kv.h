@@ -57,8 +57,10 @@ struct ortmem_kv_cache {
     uint32_t max_sequences;
     bool zero_tail, prefix_cache;
     ortmem_backend *host_backend;
-    uint64_t stream;     /* bucket growth copies are ordered on it */
-    ortmem_region *zero; /* one zeroed read-only granule (zero tail) */
+    uint64_t stream;              /* bucket growth copies are ordered on it */
+    ortmem_extent_policy extents; /* stable growth's extent policy (stored, reported) */
+    uint64_t overcommit_bound;    /* of one stable sequence at max_context under it */
+    ortmem_region *zero;          /* one zeroed read-only granule (zero tail) */
     ortmem_kv_seq *seqs;
     uint64_t seq_count;
     om_prefix *lru_head, *lru_tail;
@@ -92,6 +94,12 @@ ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s);
 ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to);
 /* Returns once the work enqueued on stream so far has completed (one event). */
 ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream);
+
+/* The over-commit bound of one stable sequence of capacity tokens under
+ * policy, as ortmem_kv_growth_evaluate reports it (geometry.c). */
+ortmem_status om_kv_overcommit_bound(const ortmem_kv_geometry *geometry,
+                                     const ortmem_extent_policy *policy, uint64_t capacity,
+                                     uint64_t *bound_bytes);
 
 /* Prefix cache (prefix_cache.c). */
 om_prefix *om_prefix_find(ortmem_kv_cache *c, const int32_t *tokens, size_t count);

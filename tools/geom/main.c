@@ -27,7 +27,8 @@ static void usage(FILE *out)
         "usage: ortmem-geom [--model NAME | --config PATH] [--layers L --kv-heads H --head-dim D]\n"
         "                   [--dtype T] [--granule SIZE] [--layout LAYOUT | --all-layouts]\n"
         "                   [--tokens N] [--capacity C] [--batch B] [--prefix P]\n"
-        "                   [--min-bucket M] [--budget SIZE] [--json] [--sweep PATH.svg]\n"
+        "                   [--min-bucket M] [--budget SIZE] [--growth [--step N]] [--json]\n"
+        "                   [--sweep PATH.svg]\n"
         "\n"
         "What a KV cache commits for a model geometry: bytes per token, fragments, the\n"
         "floor, the crossover between a stable full-context VA range and bucket growth,\n"
@@ -61,6 +62,12 @@ static void usage(FILE *out)
           "  --min-bucket M     smallest bucket, tokens (default 256)\n"
           "  --budget SIZE      also: sequences of N tokens that fit in SIZE, with and\n"
           "                     without the prefix shared\n"
+          "growth over extents (a model: ortmem_kv_growth_evaluate)\n"
+          "  --growth           also: the handles and driver calls one stable sequence\n"
+          "                     costs growing to the capacity (and to --tokens) per extent\n"
+          "                     policy: granule, geometric with 8, 32 and 128 MiB caps,\n"
+          "                     exact; the over-commit bound and the largest extent\n"
+          "  --step N           tokens per append, the first included (default 1024)\n"
           "output\n"
           "  --json             one JSON object instead of the table\n"
           "  --sweep PATH.svg   plot committed MiB against tokens 1 .. capacity for every\n"
@@ -80,12 +87,12 @@ static void usage(FILE *out)
 
 typedef struct options {
     const char *model, *config, *gguf, *sweep;
-    bool json, all_layouts, help;
-    bool has_layers, has_kv_heads, has_head_dim, has_dtype, has_layout, has_budget;
+    bool json, all_layouts, help, growth;
+    bool has_layers, has_kv_heads, has_head_dim, has_dtype, has_layout, has_budget, has_tokens;
     uint32_t layers, kv_heads, head_dim;
     ortmem_kv_dtype dtype;
     ortmem_kv_layout layout;
-    uint64_t granule, tokens, capacity, batch, prefix, min_bucket, budget;
+    uint64_t granule, tokens, capacity, batch, prefix, min_bucket, budget, step;
 } options;
 
 /* A dimension: 1 .. 2^32-1. */
@@ -153,14 +160,17 @@ static int apply_option(void *context, const char *name, const char *value)
         if (o->granule == 0 || (o->granule & (o->granule - 1)))
             return fail(EXIT_USAGE, "--granule '%s': %" PRIu64 " bytes is not a power of two",
                         value, o->granule);
-    } else if (strcmp(name, "--tokens") == 0)
+    } else if (strcmp(name, "--tokens") == 0) {
+        o->has_tokens = true;
         return parse_count(name, value, 0, &o->tokens);
-    else if (strcmp(name, "--capacity") == 0)
+    } else if (strcmp(name, "--capacity") == 0)
         return parse_count(name, value, 1, &o->capacity);
     else if (strcmp(name, "--batch") == 0)
         return parse_count(name, value, 1, &o->batch);
     else if (strcmp(name, "--prefix") == 0)
         return parse_count(name, value, 0, &o->prefix);
+    else if (strcmp(name, "--step") == 0)
+        return parse_count(name, value, 1, &o->step);
     else if (strcmp(name, "--min-bucket") == 0)
         return parse_count(name, value, 0, &o->min_bucket);
     else if (strcmp(name, "--budget") == 0) {
@@ -174,14 +184,14 @@ static int apply_option(void *context, const char *name, const char *value)
 static int parse_args(int argc, char **argv, options *o)
 {
     const cli_flag flags[] = {
-        {"-h", &o->help},     {"--help", &o->help},
-        {"--json", &o->json}, {"--all-layouts", &o->all_layouts},
-        {NULL, NULL},
+        {"-h", &o->help},         {"--help", &o->help},
+        {"--json", &o->json},     {"--all-layouts", &o->all_layouts},
+        {"--growth", &o->growth}, {NULL, NULL},
     };
     static const char *const valued[] = {
         "--model",    "--config", "--gguf",       "--sweep",   "--layers", "--kv-heads",
         "--head-dim", "--dtype",  "--layout",     "--granule", "--tokens", "--capacity",
-        "--batch",    "--prefix", "--min-bucket", "--budget",  NULL,
+        "--batch",    "--prefix", "--min-bucket", "--budget",  "--step",   NULL,
     };
     const cli_parser parser = {"ortmem-geom", flags, valued, apply_option, o};
     return cli_parse(&parser, argc, argv);
@@ -260,12 +270,65 @@ static int build_input(const options *o, geom_input *in)
 
 /* ---- results ---- */
 
+/* The extent policies --growth compares. */
+static const struct {
+    const char *name;
+    ortmem_extent_growth growth;
+    size_t cap_bytes;
+} growth_policies[] = {
+    {"granule", ORTMEM_EXTENT_GRANULE, 0},
+    {"geometric 8MiB", ORTMEM_EXTENT_GEOMETRIC, (size_t)8 << 20},
+    {"geometric 32MiB", ORTMEM_EXTENT_GEOMETRIC, (size_t)32 << 20},
+    {"geometric 128MiB", ORTMEM_EXTENT_GEOMETRIC, (size_t)128 << 20},
+    {"exact", ORTMEM_EXTENT_EXACT, 0},
+};
+#define GROWTH_POLICIES (sizeof growth_policies / sizeof growth_policies[0])
+
+typedef struct growth_row {
+    bool skipped; /* the cap is below the granule */
+    ortmem_kv_growth_cost to_capacity, to_tokens;
+} growth_row;
+
 typedef struct result {
     ortmem_kv_layout layout;
     ortmem_kv_eval e;
     bool has_budget;
     uint64_t budget, fit, fit_shared; /* fit_shared UINT64_MAX: no bound */
+    bool has_growth, growth_to_tokens;
+    growth_row growth[GROWTH_POLICIES];
 } result;
+
+static int grow_to(const ortmem_kv_geometry *g, const ortmem_extent_policy *p, const options *o,
+                   uint64_t tokens, ortmem_kv_growth_cost *cost)
+{
+    memset(cost, 0, sizeof *cost);
+    cost->struct_size = sizeof *cost;
+    if (ortmem_kv_growth_evaluate(g, p, o->capacity, o->step, o->step, tokens, cost) != ORTMEM_OK)
+        return fail(EXIT_USAGE, "--growth: %s: %s", ortmem_kv_layout_name(g->layout),
+                    ortmem_last_error());
+    return 0;
+}
+
+static int evaluate_growth(const ortmem_kv_geometry *g, const options *o, result *r)
+{
+    r->has_growth = true;
+    r->growth_to_tokens = o->has_tokens && o->tokens > 0 && o->tokens < o->capacity;
+    for (size_t i = 0; i < GROWTH_POLICIES; i++) {
+        ortmem_extent_policy p = ORTMEM_EXTENT_POLICY_INIT;
+        p.growth = growth_policies[i].growth;
+        p.cap_bytes = growth_policies[i].cap_bytes;
+        growth_row *row = &r->growth[i];
+        row->skipped = p.cap_bytes && p.cap_bytes < g->granule;
+        if (row->skipped)
+            continue;
+        int rc = grow_to(g, &p, o, o->capacity, &row->to_capacity);
+        if (!rc && r->growth_to_tokens)
+            rc = grow_to(g, &p, o, o->tokens, &row->to_tokens);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
 
 static int evaluate(const geom_input *in, const options *o, ortmem_kv_layout layout, result *r)
 {
@@ -285,7 +348,7 @@ static int evaluate(const geom_input *in, const options *o, ortmem_kv_layout lay
             return fail(EXIT_USAGE, "--budget: %s: %s", ortmem_kv_layout_name(layout),
                         ortmem_last_error());
     }
-    return 0;
+    return o->growth ? evaluate_growth(&g, o, r) : 0;
 }
 
 /* A JSON string literal; geom's report writes every control byte as \u00XX. */
@@ -297,6 +360,45 @@ static void json_string(FILE *out, const char *s)
 static void json_u64(FILE *out, const char *indent, const char *key, uint64_t v)
 {
     fprintf(out, ",\n%s\"%s\": %" PRIu64, indent, key, v);
+}
+
+static void json_cost(FILE *out, const char *indent, const char *key,
+                      const ortmem_kv_growth_cost *c)
+{
+    fprintf(out, ",\n%s\"%s\": {", indent, key);
+    fprintf(out,
+            "\"appends\": %" PRIu64 ", \"extents\": %" PRIu64 ", \"calls_create\": %" PRIu64
+            ", \"calls_map\": %" PRIu64 ", \"calls_set_access\": %" PRIu64
+            ", \"calls_unmap\": %" PRIu64 ", \"calls_release\": %" PRIu64
+            ", \"committed_bytes\": %" PRIu64 ", \"live_bytes\": %" PRIu64
+            ", \"overcommit_max_bytes\": %" PRIu64 ", \"overcommit_bound_bytes\": %" PRIu64
+            ", \"largest_extent_bytes\": %" PRIu64 "}",
+            c->appends, c->extents, c->calls_create, c->calls_map, c->calls_set_access,
+            c->calls_unmap, c->calls_release, c->committed_bytes, c->live_bytes,
+            c->overcommit_max_bytes, c->overcommit_bound_bytes, c->largest_extent_bytes);
+}
+
+/* "growth": one object per policy, each with the cost to the capacity and,
+ * when --tokens is between 0 and it, to the tokens. */
+static void json_growth(FILE *out, const char *indent, const result *r)
+{
+    char inner[32];
+    snprintf(inner, sizeof inner, "%s    ", indent);
+    fprintf(out, ",\n%s\"growth\": [", indent);
+    bool first = true;
+    for (size_t i = 0; i < GROWTH_POLICIES; i++) {
+        if (r->growth[i].skipped)
+            continue;
+        fprintf(out, "%s\n%s  {\n%s\"policy\": ", first ? "" : ",", indent, inner);
+        json_string(out, growth_policies[i].name);
+        json_u64(out, inner, "cap_bytes", growth_policies[i].cap_bytes);
+        json_cost(out, inner, "to_capacity", &r->growth[i].to_capacity);
+        if (r->growth_to_tokens)
+            json_cost(out, inner, "to_tokens", &r->growth[i].to_tokens);
+        fprintf(out, "\n%s  }", indent);
+        first = false;
+    }
+    fprintf(out, "\n%s]", indent);
 }
 
 static void json_results(FILE *out, const char *indent, const result *r, uint64_t granule,
@@ -334,6 +436,8 @@ static void json_results(FILE *out, const char *indent, const result *r, uint64_
         else
             json_u64(out, indent, "sequences_fit_shared_prefix", r->fit_shared);
     }
+    if (r->has_growth)
+        json_growth(out, indent, r);
 }
 
 static void print_json(FILE *out, const geom_input *in, const options *o, const result *r,
@@ -360,6 +464,8 @@ static void print_json(FILE *out, const geom_input *in, const options *o, const 
     json_u64(out, "  ", "batch", in->batch);
     json_u64(out, "  ", "prefix", in->prefix);
     json_u64(out, "  ", "min_bucket", in->min_bucket ? in->min_bucket : DEFAULT_MIN_BUCKET);
+    if (o->growth)
+        json_u64(out, "  ", "step", o->step);
     if (o->sweep) {
         fputs(",\n  \"sweep\": ", out);
         json_string(out, o->sweep);
@@ -431,6 +537,33 @@ static void cell_count(line_buf *line, uint64_t v)
 static void cell_text(line_buf *line, const char *text)
 {
     put(line, "%*s%*s", VALUE_W, text, MIB_W, "");
+}
+
+/* One layout's growth block: a row per policy. */
+static void print_growth(FILE *out, const geom_input *in, const options *o, const result *r,
+                         uint64_t tokens, bool to_tokens)
+{
+    fprintf(out,
+            "\ngrowth of one stable sequence, %s, 0 -> %" PRIu64 " tokens in appends of %" PRIu64
+            " (modelled)\n",
+            ortmem_kv_layout_name(r->layout), tokens, o->step);
+    fprintf(out, "%-17s %9s %9s %9s %11s %9s %9s %14s %14s %12s\n", "policy", "extents", "create",
+            "map", "set-access", "unmap", "release", "overcommit MiB", "bound MiB", "largest MiB");
+    for (size_t i = 0; i < GROWTH_POLICIES; i++) {
+        if (r->growth[i].skipped)
+            continue;
+        const ortmem_kv_growth_cost *c =
+            to_tokens ? &r->growth[i].to_tokens : &r->growth[i].to_capacity;
+        fprintf(out,
+                "%-17s %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %11" PRIu64 " %9" PRIu64 " %9" PRIu64
+                " %14.3f %14.3f %12.3f\n",
+                growth_policies[i].name, c->extents, c->calls_create, c->calls_map,
+                c->calls_set_access, c->calls_unmap, c->calls_release,
+                (double)c->overcommit_max_bytes / 1048576.0,
+                (double)c->overcommit_bound_bytes / 1048576.0,
+                (double)c->largest_extent_bytes / 1048576.0);
+    }
+    (void)in;
 }
 
 static void print_table(FILE *out, const geom_input *in, const options *o, const result *r,
@@ -533,6 +666,11 @@ static void print_table(FILE *out, const geom_input *in, const options *o, const
         }
         line_end(out, &line);
     }
+    for (size_t i = 0; i < count && r[i].has_growth; i++) {
+        print_growth(out, in, o, &r[i], o->capacity, false);
+        if (r[i].growth_to_tokens)
+            print_growth(out, in, o, &r[i], o->tokens, true);
+    }
     if (o->sweep)
         fprintf(out, "\nplot: %s\n", o->sweep);
 }
@@ -541,7 +679,8 @@ static void print_table(FILE *out, const geom_input *in, const options *o, const
 
 int main(int argc, char **argv)
 {
-    options o = {.granule = DEFAULT_GRANULE, .tokens = 1, .capacity = 32768, .batch = 1};
+    options o = {
+        .granule = DEFAULT_GRANULE, .tokens = 1, .capacity = 32768, .batch = 1, .step = 1024};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc;
