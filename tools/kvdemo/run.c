@@ -19,9 +19,9 @@
 #include <time.h>
 
 #define MiB (1024.0 * 1024.0)
-#define KD_NOBODY SIZE_MAX                 /* calls outside any request's */
-#define KD_FLUSH_TOKENS 64                 /* --io copy: decode tokens pending at most */
-#define KD_STAGING_BYTES ((size_t)4 << 20) /* --io copy: a batch's tokens, about */
+#define KD_NOBODY SIZE_MAX                  /* calls outside any request's */
+#define KD_FLUSH_TOKENS 64                  /* --io copy: decode tokens pending at most */
+#define KD_STAGING_BYTES ((size_t)16 << 20) /* --io copy: a batch's tokens, about */
 
 const ortmem_backend_op kd_call_ops[KD_CALL_OPS] = {
     ORTMEM_OP_CREATE, ORTMEM_OP_MAP, ORTMEM_OP_SET_ACCESS, ORTMEM_OP_UNMAP, ORTMEM_OP_RELEASE};
