@@ -335,8 +335,13 @@ Test(kvdemo, plot_draws_an_svg_with_a_line_per_configuration)
     cr_assert_not_null(strstr(text, "<svg"), "not an SVG:\n%.300s", text);
     cr_assert_not_null(strstr(text, "</svg>"), "a cut SVG");
     /* Configurations with equal committed bytes share a line and name both. */
-    static const char *const names[] = {"head-major", "seq-major", "token-major",
-                                        "stable",     "bucket",    "live"};
+    static const char *const names[] = {"head-major",
+                                        "seq-major",
+                                        "token-major",
+                                        "stable",
+                                        "bucket",
+                                        "live",
+                                        "backend calls per request"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         cr_assert_not_null(strstr(text, names[i]), "no '%s' in the plot", names[i]);
     free(text);
