@@ -36,7 +36,7 @@ const char *kd_call_name(size_t op)
 typedef struct kd_live {
     size_t request;
     ortmem_kv_seq *seq;
-    uint64_t length;  /* tokens live, all written */
+    uint64_t length;  /* tokens live, all written (--io copy: up to written) */
     uint64_t target;  /* prompt + gen */
     uint64_t shared;  /* tokens that came with the sequence (fork or prefix cache) */
     uint64_t written; /* --io copy: tokens [written, length) are not written yet */
