@@ -8,9 +8,12 @@
 # 1. points pkg-config, the compiler, the linker and the loader at .deps/root
 #    (Google Benchmark among the rest; prepared here by scripts/gpu-deps.sh),
 #    as scripts/gpu-suite.sh does (scripts/gpu-env.sh);
-# 2. builds bench/ortmem-gpu-bench into build-gpu-bench/ (release,
-#    -Dcuda=enabled -Dbench=true -Dtests=false);
-# 3. writes the allocation trace ($OUT/trace.txt), runs ortmem-gpu-bench (5
+# 2. builds bench/ortmem-gpu-bench and tools/kvdemo/ortmem-kvdemo into
+#    build-gpu-bench/ (release, -Dcuda=enabled -Dbench=true -Dtests=false);
+# 3. writes the allocation trace ($OUT/trace.txt), runs the main job's KV
+#    workload on the GPU (ortmem-kvdemo --backend cuda --json, at most 120 s)
+#    into $OUT/kvdemo_cuda.json, with its backend calls per request after the
+#    warm-up printed, runs ortmem-gpu-bench (5
 #    repetitions, shuffled together) into $OUT/gpu_bench.json, then
 #    bench/torch_trace.py over the same trace (PyTorch's caching allocator,
 #    with and without expandable segments, one process each) into
@@ -89,7 +92,8 @@ if ! grep -q "ortmem-gpu-bench" "$build/build.ninja"; then
 fi
 
 step "build"
-bounded 240 ninja -C "$build" -j "$(nproc)" bench/ortmem-gpu-bench >"$OUT/build.log" 2>&1
+bounded 240 ninja -C "$build" -j "$(nproc)" bench/ortmem-gpu-bench tools/kvdemo/ortmem-kvdemo \
+  >"$OUT/build.log" 2>&1
 rc=$?
 tail -2 "$OUT/build.log"
 if [ "$rc" -ne 0 ]; then
@@ -106,6 +110,26 @@ fi
 # ---- run ----
 step "trace"
 "$bench" --ortmem_write_trace="$OUT/trace.txt" || { echo "gpu-bench: the trace was not written"; return 1; }
+
+step "ortmem-kvdemo --backend cuda --json (the main job's KV workload on the GPU)"
+kvdemo=$build/tools/kvdemo/ortmem-kvdemo
+kv_err=$( { bounded 120 "$kvdemo" --backend cuda --json >"$OUT/kvdemo_cuda.json"; } 2>&1)
+rc=$?
+[ -n "$kv_err" ] && echo "$kv_err"
+if [ "$rc" -eq 0 ]; then
+  # Per configuration: backend calls per request after the warm-up (all five summed).
+  python3 -c 'import json,sys
+d = json.load(open(sys.argv[1]))
+for c in d["configurations"]:
+    a = c["backend_calls"]["all"]
+    print("%-12s %-7s calls: total %d, warm-up %d, per request after it: mean %.1f, max %d; %.1f s" % (c["layout"], c["strategy"], a["total"], a["warmup"], a["per_request_mean"], a["per_request_max"], c["seconds"]))' "$OUT/kvdemo_cuda.json"
+  note "ortmem-kvdemo --backend cuda: ran, no corruption ($OUT/kvdemo_cuda.json)"
+elif [ "$rc" -eq 2 ]; then
+  note "ortmem-kvdemo --backend cuda: skipped: $kv_err"
+else
+  failed=1
+  note "ortmem-kvdemo --backend cuda: exit status $rc$( ((rc == 124 || rc == 137)) && echo " (stopped at the time limit)") (1: a corruption or a failure, in $OUT/kvdemo_cuda.json)"
+fi
 
 step "ortmem-gpu-bench (5 repetitions, shuffled together)"
 # Leave time for the torch replays and the tables.
@@ -167,7 +191,7 @@ step "summary"
   sed 's/^/  /' "$OUT/env.txt"
   printf '%s\n' "${summary[@]}"
   if [ $failed -eq 0 ]; then echo "RESULT: DONE (skips are listed in the tables with their reasons)"; else echo "RESULT: FAIL"; fi
-  echo "output: $OUT (gpu_bench.md, gpu_bench.json, gpu_bench.txt, torch_trace.jsonl, trace.txt, env.txt, build.log, bench.log)"
+  echo "output: $OUT (gpu_bench.md, gpu_bench.json, gpu_bench.txt, kvdemo_cuda.json, torch_trace.jsonl, trace.txt, env.txt, build.log, bench.log)"
 } | tee "$OUT/summary.txt"
 return $failed
 }

@@ -2,6 +2,7 @@
  * small workloads (64 KiB granules). Its path comes from ORTMEM_KVDEMO, set
  * by tests/meson.build. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -126,6 +127,121 @@ Test(kvdemo, every_layout_and_strategy_runs_clean_with_the_copies_each_strategy_
     child_result_free(&r);
 }
 
+/* Within one configuration: the backend calls of op ("create" .. "release",
+ * "all"): the warm-up and the requests after it add up to the backend's
+ * total, the mean per request times those requests is what they made, and
+ * no request made more than the max. Returns the op's total. */
+static double check_calls(const char *config, const char *op, double after_requests)
+{
+    const char *calls = strstr(config, "\"backend_calls\": {");
+    cr_assert_not_null(calls, "no backend_calls in:\n%.1500s", config);
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\": {", op);
+    const char *at = strstr(calls, key);
+    cr_assert_not_null(at, "no %s in:\n%.1500s", key, calls);
+    double total = json_number_at(at, "total");
+    double warmup = json_number_at(at, "warmup");
+    double after = json_number_at(at, "after_warmup");
+    double mean = json_number_at(at, "per_request_mean");
+    double max = json_number_at(at, "per_request_max");
+    cr_assert_eq(total, warmup + after, "%s: total %.0f != warm-up %.0f + after %.0f", op, total,
+                 warmup, after);
+    cr_assert_leq(fabs(mean * after_requests - after), 0.01,
+                  "%s: mean %.6f x %.0f requests is not the %.0f calls after the warm-up", op, mean,
+                  after_requests, after);
+    cr_assert_geq(max * after_requests, after, "%s: max %.0f below the mean", op, max);
+    cr_assert_leq(max, after, "%s: max %.0f above what all the requests made", op, max);
+    return total;
+}
+
+Test(kvdemo, backend_calls_per_request_add_up_to_the_backends_total)
+{
+    const char *args[] = {SMALL, "--system-prompt", "300", "--warmup", "5", "--json", NULL};
+    child_result r = kvdemo(args);
+    cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
+    cr_assert_not_null(strstr(r.out, "\"warmup\": 5}"), "no warmup in the workload:\n%.1500s",
+                       r.out);
+    const char *c[8];
+    size_t n = configurations(r.out, c, 8);
+    cr_assert_eq(n, 6, "%zu configurations", n);
+    static const char *const ops[] = {"create", "map", "set_access", "unmap", "release"};
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(json_number_at(c[i], "warmup_requests"), 5, "%.300s", c[i]);
+        double after_requests = json_number_at(c[i], "requests_after_warmup");
+        cr_assert_eq(after_requests, 12 - 5, "%.300s", c[i]);
+        double sum = 0;
+        for (size_t k = 0; k < 5; k++)
+            sum += check_calls(c[i], ops[k], after_requests);
+        cr_assert_eq(check_calls(c[i], "all", after_requests), sum, "all is not the five summed");
+        /* Today every request commits granules of its own (no warm mappings). */
+        const char *create = strstr(strstr(c[i], "\"backend_calls\""), "\"create\": {");
+        cr_assert_gt(json_number_at(create, "total"), 0, "%.300s", create);
+        cr_assert_gt(json_number_at(create, "after_warmup"), 0, "%.300s", create);
+    }
+    child_result_free(&r);
+}
+
+/* --io copy is the CUDA backend's way to the K/V bytes; on the CPU backend it
+ * runs the same code: the same tokens written and read back, through copies. */
+Test(kvdemo, io_copy_writes_and_reads_the_same_tokens_as_stores_and_sees_a_corruption)
+{
+    const char *store_args[] = {SMALL, "--system-prompt", "300", "--json", NULL};
+    const char *copy_args[] = {SMALL, "--system-prompt", "300", "--io", "copy", "--json", NULL};
+    child_result store = kvdemo(store_args);
+    child_result copy = kvdemo(copy_args);
+    cr_assert_eq(store.status, 0, "exit %d, stderr:\n%s", store.status, store.err);
+    cr_assert_eq(copy.status, 0, "exit %d, stderr:\n%s", copy.status, copy.err);
+    cr_assert_not_null(strstr(copy.out, "\"io\": \"copy\""), "%.500s", copy.out);
+    double rows = 2 * json_number_at(copy.out, "layers") * json_number_at(copy.out, "kv_heads");
+    const char *s[8], *c[8];
+    cr_assert_eq(configurations(store.out, s, 8), 6);
+    cr_assert_eq(configurations(copy.out, c, 8), 6);
+    for (size_t i = 0; i < 6; i++) {
+        cr_assert_eq(json_number_at(c[i], "corruptions"), 0, "%.600s", c[i]);
+        cr_assert_eq(json_number_at(c[i], "tokens_written"), json_number_at(s[i], "tokens_written"),
+                     "%.600s", c[i]);
+        cr_assert_eq(json_number_at(c[i], "tokens_verified"),
+                     json_number_at(s[i], "tokens_verified"), "%.600s", c[i]);
+        cr_assert_eq(json_number_at(s[i], "copies"), 0, "%.600s", s[i]);
+        /* Batched: a copy carries many rows (a row per binding and head of
+         * every token written, besides the reads). */
+        double copies = json_number_at(c[i], "copies");
+        cr_assert_gt(copies, 0, "%.600s", c[i]);
+        cr_assert_lt(copies * 20, json_number_at(c[i], "tokens_written") * rows, "%.600s", c[i]);
+    }
+    child_result_free(&store);
+    child_result_free(&copy);
+
+    const char *inject[] = {SMALL,  "--requests",          "2",      "--io",
+                            "copy", "--inject-corruption", "--json", NULL};
+    child_result r = kvdemo(inject);
+    cr_assert_eq(r.status, 1, "exit %d, stderr:\n%s", r.status, r.err);
+    const char *k[8];
+    cr_assert_eq(configurations(r.out, k, 8), 6);
+    for (size_t i = 0; i < 6; i++)
+        cr_assert_not_null(strstr(k[i], "\"first_corruption\": \"request 0 (plain): token 0 "),
+                           "%.2000s", k[i]);
+    child_result_free(&r);
+}
+
+Test(kvdemo, backend_cuda_where_it_is_unavailable_is_one_line_and_exit_2)
+{
+    ortmem_backend *cuda = NULL;
+    if (ortmem_cuda_backend_create(NULL, &cuda) == ORTMEM_OK) {
+        (void)ortmem_backend_destroy(cuda);
+        cr_skip_test("the CUDA backend is available here: scripts/gpu-bench.sh runs it");
+    }
+    const char *args[] = {SMALL, "--backend", "cuda", "--json", NULL};
+    child_result r = kvdemo(args);
+    cr_assert_eq(r.status, 2, "exit %d, stderr:\n%s", r.status, r.err);
+    cr_assert_str_empty(r.out, "stdout: %s", r.out);
+    cr_assert(strncmp(r.err, "ortmem-kvdemo: --backend cuda: ", 31) == 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, " is unavailable (ORTMEM_E_UNAVAILABLE: "), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "nothing was run"), "%s", r.err);
+    cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+    child_result_free(&r);
+}
+
 Test(kvdemo, without_sharing_peak_committed_covers_peak_live_everywhere)
 {
     const char *args[] = {SMALL, "--system-prompt", "0", "--json", NULL};
@@ -219,8 +335,13 @@ Test(kvdemo, plot_draws_an_svg_with_a_line_per_configuration)
     cr_assert_not_null(strstr(text, "<svg"), "not an SVG:\n%.300s", text);
     cr_assert_not_null(strstr(text, "</svg>"), "a cut SVG");
     /* Configurations with equal committed bytes share a line and name both. */
-    static const char *const names[] = {"head-major", "seq-major", "token-major",
-                                        "stable",     "bucket",    "live"};
+    static const char *const names[] = {"head-major",
+                                        "seq-major",
+                                        "token-major",
+                                        "stable",
+                                        "bucket",
+                                        "live",
+                                        "backend calls per request"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         cr_assert_not_null(strstr(text, names[i]), "no '%s' in the plot", names[i]);
     free(text);
@@ -251,6 +372,11 @@ Test(kvdemo, invalid_input_is_one_line_and_exit_2)
         {"--batch", "0", NULL, NULL},
         {"--max-context", "100", NULL, NULL},
         {"--frobnicate", NULL, NULL, NULL},
+        {"--backend", "tpu", NULL, NULL},
+        {"--device", "1", NULL, NULL},
+        {"--backend", "cuda", "--io", "store"},
+        {"--io", "disk", NULL, NULL},
+        {"--warmup", "49", NULL, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[5] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};

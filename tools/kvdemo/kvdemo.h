@@ -11,12 +11,37 @@
 
 #define KD_CONFIGS (3 * 2) /* layouts x {stable, bucket} */
 
+typedef enum kd_backend { KD_BACKEND_CPU = 0, KD_BACKEND_CUDA } kd_backend;
+
 typedef struct kd_options {
     const char *model, *plot;
     bool json, inject_corruption;
+    kd_backend backend;
+    uint64_t device; /* CUDA ordinal */
+    const char *io;  /* --io as given, NULL: the backend's default */
+    bool copy_io;    /* K/V bytes through the backend's copies (device memory), not stores */
+    bool warmup_set, device_set;
     uint64_t granule, requests, batch, max_context, prompt_min, prompt_max, gen_min, gen_max,
         system_tokens, seed, budget, verify_samples;
+    uint64_t warmup; /* requests 0 .. warmup-1 are the warm-up */
 } kd_options;
+
+/* The backend calls the per-request accounting counts, in report order. */
+#define KD_CALL_OPS 5
+extern const ortmem_backend_op kd_call_ops[KD_CALL_OPS];
+const char *kd_call_name(size_t op);
+
+/* Backend calls from the backend's creation to the last request's end (the
+ * teardown is not counted). Every call is charged to the request whose
+ * library call made it (create, fork, append, destroy, publishing again) or,
+ * outside any request's, to the warm-up (setup, the system prompt's
+ * sequence). warmup + after == total per operation; after is what the
+ * requests after the warm-up made, max the most one of them made. */
+typedef struct kd_calls {
+    uint64_t warmup_requests, after_requests; /* after_requests: count - warmup */
+    uint64_t total[KD_CALL_OPS], warmup[KD_CALL_OPS], after[KD_CALL_OPS], max[KD_CALL_OPS];
+    uint64_t total_all, warmup_all, after_all, max_all; /* the five summed (max: per request) */
+} kd_calls;
 
 /* plain: a prompt of its own; fork: forks the sequence holding the system
  * prompt, then prefills its own part; prefix: a prompt that starts with the
@@ -60,6 +85,8 @@ typedef struct kd_result {
     uint64_t budget_refusals; /* the authority's count */
     uint64_t admission_waits, preemptions, dropped, prefix_misses;
     uint64_t tokens_written, tokens_verified, generation_changes, corruptions;
+    uint64_t copies; /* copy_async calls of --io copy (writes and reads) */
+    kd_calls calls;
     double seconds;
     bool prefix_cache;     /* the cache kept published prefixes */
     char prefix_note[600]; /* why not, or what publishing said */
@@ -77,7 +104,12 @@ bool kd_workload_make(const kd_options *o, kd_workload *w, char *why, size_t why
 void kd_workload_free(kd_workload *w);
 const char *kd_kind_name(kd_kind kind);
 
-/* Runs the workload on a fresh CPU backend and authority; progress lines go
+/* The backend o asks for, with o's granule (ORTMEM_E_UNAVAILABLE for CUDA
+ * where there is no driver or device). */
+ortmem_status kd_backend_create(const kd_options *o, ortmem_backend **out);
+const char *kd_backend_label(const kd_options *o, char *buf, size_t size);
+
+/* Runs the workload on a fresh backend and authority; progress lines go
  * to progress (NULL: none). false only when the run could not start (the
  * reason in r->error); failures during the run are in r. */
 bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_workload *w,

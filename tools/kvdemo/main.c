@@ -1,8 +1,10 @@
-/* ortmem-kvdemo: KV paging under a serving-like workload on the CPU backend,
- * once per layout and strategy, with committed against live bytes as it runs
- * and a report at the end. Exit status 0 when every byte read back was the
- * byte written, 1 on a corruption or a library failure (or a plot that could
- * not be drawn), 2 for invalid input (one line on stderr). */
+/* ortmem-kvdemo: KV paging under a serving-like workload on the CPU backend
+ * (or CUDA's, --backend cuda), once per layout and strategy, with committed
+ * against live bytes as it runs and a report at the end, the backend calls
+ * per request among it. Exit status 0 when every byte read back was the byte
+ * written, 1 on a corruption or a library failure (or a plot that could not
+ * be drawn), 2 for invalid input or a backend that is unavailable (one line
+ * on stderr). */
 #include "kvdemo.h"
 
 #include "common/cli.h"
@@ -26,16 +28,20 @@ static void usage(FILE *out)
     fputs("usage: ortmem-kvdemo [--model NAME] [--granule SIZE] [--requests N] [--batch B]\n"
           "                     [--max-context T] [--prompt-min T] [--prompt-max T]\n"
           "                     [--gen-min T] [--gen-max T] [--system-prompt T] [--seed S]\n"
-          "                     [--budget SIZE] [--verify N] [--json] [--plot PATH.svg]\n"
+          "                     [--budget SIZE] [--verify N] [--warmup N] [--json]\n"
+          "                     [--plot PATH.svg] [--backend cpu|cuda] [--device N]\n"
+          "                     [--io store|copy]\n"
           "\n"
-          "KV paging on the CPU backend: a serving-like workload (requests of varied prompt\n"
-          "and generation lengths, continuous batching, a system prompt shared by forking\n"
-          "the sequence that holds it and through the prefix cache) run once per layout\n"
-          "(head-major, seq-major, token-major) and strategy (stable, bucket), each on its\n"
-          "own backend under its own authority. Every appended token's K and V are written\n"
-          "through the binding descriptors and a sample is read back before a sequence\n"
-          "goes. Prints committed against live bytes as it runs, then a report per\n"
-          "configuration and the ledger of the one with the lowest peak.\n"
+          "KV paging on the CPU backend (or CUDA's): a serving-like workload (requests of\n"
+          "varied prompt and generation lengths, continuous batching, a system prompt\n"
+          "shared by forking the sequence that holds it and through the prefix cache) run\n"
+          "once per layout (head-major, seq-major, token-major) and strategy (stable,\n"
+          "bucket), each on its own backend under its own authority. Every appended\n"
+          "token's K and V are written through the binding descriptors and a sample is\n"
+          "read back before a sequence goes. Prints committed against live bytes as it\n"
+          "runs, then a report per configuration and the ledger of the one with the lowest\n"
+          "peak, and the backend calls (create, map, set-access, unmap, release) during\n"
+          "the warm-up and per request after it.\n"
           "\n"
           "  --model NAME        geometry preset (default qwen2.5-0.5b):\n"
           "                      ",
@@ -43,7 +49,7 @@ static void usage(FILE *out)
     for (const char *const *n = ortmem_kv_preset_names(); *n; n++)
         fprintf(out, "%s%s", n == ortmem_kv_preset_names() ? "" : ", ", *n);
     fputs("\n"
-          "  --granule SIZE      the CPU backend's granule, a power of two (default 2MiB)\n"
+          "  --granule SIZE      the backend's granule, a power of two (default 2MiB)\n"
           "  --requests N        requests in the workload (default 48)\n"
           "  --batch B           live requests at most (default 8; the system prompt's\n"
           "                      sequence lives besides them)\n"
@@ -63,6 +69,16 @@ static void usage(FILE *out)
           "                      refused decode token preempts (prefilled again later);\n"
           "                      a request that cannot fit alone is dropped\n"
           "  --verify N          random tokens read back per sequence (default 64)\n"
+          "  --warmup N          the first N requests are the warm-up (default --batch,\n"
+          "                      the first wave of live requests); the backend calls of\n"
+          "                      every later request are counted (mean and max)\n"
+          "  --backend cpu|cuda  the backend (default cpu); cuda: the CUDA driver's VMM\n"
+          "                      on --device N (default 0); where it is unavailable, one\n"
+          "                      line saying why and exit status 2\n"
+          "  --io store|copy     how the K/V bytes are written and read: plain stores\n"
+          "                      (the CPU default) or the backend's copies through a host\n"
+          "                      staging buffer, decode tokens in batches (cuda's only\n"
+          "                      way: device memory takes no stores)\n"
           "  --json              one JSON object on stdout instead of progress and tables\n"
           "  --plot PATH.svg     committed MiB against the decode step for every\n"
           "                      configuration, live and unique live MiB for reference;\n"
@@ -73,7 +89,8 @@ static void usage(FILE *out)
           "  -h, --help          this text\n"
           "\n"
           "SIZE takes KiB, MiB, GiB (or K, M, G) suffixes. Exit status: 0 every byte read\n"
-          "back was the byte written, 1 a corruption or a library failure, 2 invalid input.\n",
+          "back was the byte written, 1 a corruption or a library failure, 2 invalid input\n"
+          "or a backend that is unavailable.\n",
           out);
 }
 
@@ -96,6 +113,21 @@ static int apply_option(void *context, const char *name, const char *value)
         o->model = value;
         return 0;
     }
+    if (strcmp(name, "--backend") == 0) {
+        if (strcmp(value, "cpu") == 0)
+            o->backend = KD_BACKEND_CPU;
+        else if (strcmp(value, "cuda") == 0)
+            o->backend = KD_BACKEND_CUDA;
+        else
+            return fail(EXIT_USAGE, "--backend '%s': not cpu or cuda", value);
+        return 0;
+    }
+    if (strcmp(name, "--io") == 0) {
+        if (strcmp(value, "store") != 0 && strcmp(value, "copy") != 0)
+            return fail(EXIT_USAGE, "--io '%s': not store or copy", value);
+        o->io = value;
+        return 0;
+    }
     if (strcmp(name, "--plot") == 0) {
         if (!*value)
             return fail(EXIT_USAGE, "--plot needs a file name");
@@ -115,6 +147,8 @@ static int apply_option(void *context, const char *name, const char *value)
         {"--seed", &o->seed, 0, UINT64_MAX, false},
         {"--budget", &o->budget, 1, UINT64_MAX, true},
         {"--verify", &o->verify_samples, 0, 1000000, false},
+        {"--warmup", &o->warmup, 0, 1000000, false},
+        {"--device", &o->device, 0, 1023, false},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         if (strcmp(name, specs[i].name) != 0)
@@ -129,6 +163,8 @@ static int apply_option(void *context, const char *name, const char *value)
             return fail(EXIT_USAGE, "%s '%s': out of range (%" PRIu64 " .. %" PRIu64 ")", name,
                         value, specs[i].min, specs[i].max);
         *specs[i].value = v;
+        o->warmup_set = o->warmup_set || specs[i].value == &o->warmup;
+        o->device_set = o->device_set || specs[i].value == &o->device;
         return 0;
     }
     return fail(EXIT_USAGE, "unknown option '%s' (ortmem-kvdemo --help lists them)", name);
@@ -144,7 +180,8 @@ static int parse_args(int argc, char **argv, kd_options *o, bool *help)
     static const char *const valued[] = {
         "--model",         "--plot",       "--granule",    "--requests", "--batch",
         "--max-context",   "--prompt-min", "--prompt-max", "--gen-min",  "--gen-max",
-        "--system-prompt", "--seed",       "--budget",     "--verify",   NULL,
+        "--system-prompt", "--seed",       "--budget",     "--verify",   "--warmup",
+        "--backend",       "--device",     "--io",         NULL,
     };
     const cli_parser parser = {"ortmem-kvdemo", flags, valued, apply_option, o};
     return cli_parse(&parser, argc, argv);
@@ -152,6 +189,15 @@ static int parse_args(int argc, char **argv, kd_options *o, bool *help)
 
 static int check_options(const kd_options *o)
 {
+    if (o->device_set && o->backend != KD_BACKEND_CUDA)
+        return fail(EXIT_USAGE, "--device %" PRIu64 ": a CUDA device, for --backend cuda only",
+                    o->device);
+    if (o->backend == KD_BACKEND_CUDA && !o->copy_io)
+        return fail(EXIT_USAGE, "--io store with --backend cuda: device memory takes no host "
+                                "stores (--io copy is its only way)");
+    if (o->warmup > o->requests)
+        return fail(EXIT_USAGE, "--warmup %" PRIu64 " is above --requests %" PRIu64, o->warmup,
+                    o->requests);
     if (o->granule & (o->granule - 1))
         return fail(EXIT_USAGE, "--granule %" PRIu64 ": not a power of two", o->granule);
     if (o->prompt_min > o->prompt_max)
@@ -209,12 +255,14 @@ static void put_header(FILE *out, const kd_options *o, const ortmem_kv_geometry 
 {
     ortmem_kv_eval e = {.struct_size = sizeof e};
     (void)ortmem_kv_evaluate(g, 1, o->max_context, 1, 0, 0, &e);
-    char granule[32], budget[32];
+    char granule[32], budget[32], backend[64];
     fprintf(out,
-            "ortmem-kvdemo: KV paging on the CPU backend, granule %s\n"
+            "ortmem-kvdemo: KV paging on %s, granule %s; K/V bytes through %s\n"
             "model %s: %u layers, %u KV heads, head_dim %u, %s: %" PRIu64 " bytes per token\n",
-            size_text(o->granule, granule, sizeof granule), o->model, g->layers, g->kv_heads,
-            g->head_dim, ortmem_kv_dtype_name(g->dtype), e.bytes_per_token);
+            kd_backend_label(o, backend, sizeof backend),
+            size_text(o->granule, granule, sizeof granule),
+            o->copy_io ? "the backend's copies (a host staging buffer)" : "stores", o->model,
+            g->layers, g->kv_heads, g->head_dim, ortmem_kv_dtype_name(g->dtype), e.bytes_per_token);
     fprintf(out,
             "workload (seed %" PRIu64 "): %zu requests: %" PRIu64 " with prompts of their own, "
             "%" PRIu64 " fork the system\n"
@@ -255,6 +303,39 @@ static void put_table(FILE *out, const kd_result *results, size_t count)
           "live/committed\nover the steps (sharing lifts it past 100%); unique: the system prompt "
           "counted once; shared\ngranules: mapped by more than one sequence, at peak committed.\n",
           out);
+}
+
+static double per_request(uint64_t calls, uint64_t requests)
+{
+    return requests ? (double)calls / (double)requests : 0.0;
+}
+
+static void put_calls(FILE *out, const kd_result *results, size_t count)
+{
+    const kd_calls *c0 = count ? &results[0].calls : NULL;
+    fprintf(out,
+            "\nbackend calls (create, map, set-access, unmap, release; ortmem_backend_stats), "
+            "warm-up: the first\n%" PRIu64 " requests and what no request made; then %" PRIu64
+            " requests, each charged with the calls its own\nlibrary calls made:\n",
+            c0 ? c0->warmup_requests : 0, c0 ? c0->after_requests : 0);
+    fprintf(out, "%-18s %7s %7s %7s %14s   %s\n", "", "", "", "", "per request",
+            "---- per request after warm-up, mean (max) ----");
+    fprintf(out, "%-18s %7s %7s %7s %7s %6s   %-9s %-9s %-9s %-9s %s\n", "configuration", "total",
+            "warm-up", "after", "mean", "max", "create", "map", "set-acc.", "unmap", "release");
+    for (size_t i = 0; i < count; i++) {
+        const kd_calls *c = &results[i].calls;
+        char name[64];
+        fprintf(out, "%-18s %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %7.1f %6" PRIu64 "  ",
+                config_name(&results[i], name, sizeof name), c->total_all, c->warmup_all,
+                c->after_all, per_request(c->after_all, c->after_requests), c->max_all);
+        for (size_t k = 0; k < KD_CALL_OPS; k++) {
+            char cell[32];
+            snprintf(cell, sizeof cell, "%.1f (%" PRIu64 ")",
+                     per_request(c->after[k], c->after_requests), c->max[k]);
+            fprintf(out, k + 1 < KD_CALL_OPS ? " %-9s" : " %s", cell);
+        }
+        fputc('\n', out);
+    }
 }
 
 static void put_notes(FILE *out, const kd_result *results, size_t count)
@@ -317,6 +398,27 @@ static void json_string(FILE *out, const char *s)
     json_put_string(out, s, JSON_CONTROLS_AS_CODES);
 }
 
+/* {"warmup_requests": W, "requests_after_warmup": A, "create": {...}, ...,
+ * "all": {...}}: per operation total, warmup, after_warmup, per_request_mean
+ * and per_request_max (all: the five summed, its max per request). */
+static void put_json_calls(FILE *out, const kd_calls *c)
+{
+    fprintf(out, "{\"warmup_requests\": %" PRIu64 ", \"requests_after_warmup\": %" PRIu64,
+            c->warmup_requests, c->after_requests);
+    for (size_t k = 0; k <= KD_CALL_OPS; k++) {
+        bool all = k == KD_CALL_OPS;
+        uint64_t after = all ? c->after_all : c->after[k];
+        fprintf(out,
+                ", \"%s\": {\"total\": %" PRIu64 ", \"warmup\": %" PRIu64
+                ", \"after_warmup\": %" PRIu64 ", \"per_request_mean\": %.6f"
+                ", \"per_request_max\": %" PRIu64 "}",
+                all ? "all" : kd_call_name(k), all ? c->total_all : c->total[k],
+                all ? c->warmup_all : c->warmup[k], after, per_request(after, c->after_requests),
+                all ? c->max_all : c->max[k]);
+    }
+    fputc('}', out);
+}
+
 static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g,
                      const kd_workload *w, const kd_result *results, size_t count, size_t best)
 {
@@ -332,16 +434,20 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
             "\"bytes_per_token\": %" PRIu64 ", \"granule\": %" PRIu64 ",\n",
             g->layers, g->kv_heads, g->head_dim, ortmem_kv_dtype_name(g->dtype), e.bytes_per_token,
             o->granule);
+    fprintf(out, " \"backend\": \"%s\", \"device\": %" PRIu64 ", \"io\": \"%s\",\n",
+            o->backend == KD_BACKEND_CUDA ? "cuda" : "cpu", o->device,
+            o->copy_io ? "copy" : "store");
     fprintf(out,
             " \"workload\": {\"seed\": %" PRIu64 ", \"requests\": %zu, \"plain\": %" PRIu64
             ", \"fork\": %" PRIu64 ", \"prefix\": %" PRIu64 ", \"batch\": %" PRIu64
             ", \"max_context\": %" PRIu64 ", \"prompt_min\": %" PRIu64 ", \"prompt_max\": %" PRIu64
             ", \"gen_min\": %" PRIu64 ", \"gen_max\": %" PRIu64 ", \"system_prompt\": %" PRIu64
             ", \"prompt_tokens\": %" PRIu64 ", \"gen_tokens\": %" PRIu64 ", \"steps\": %" PRIu64
-            ", \"expected_tokens\": %" PRIu64 ", \"budget\": %" PRIu64 "},\n",
+            ", \"expected_tokens\": %" PRIu64 ", \"budget\": %" PRIu64 ", \"warmup\": %" PRIu64
+            "},\n",
             o->seed, w->count, w->kinds[KD_PLAIN], w->kinds[KD_FORK], w->kinds[KD_PREFIX], o->batch,
             o->max_context, o->prompt_min, o->prompt_max, o->gen_min, o->gen_max, w->system_tokens,
-            w->prompt_tokens, w->gen_tokens, w->steps, w->expected_tokens, o->budget);
+            w->prompt_tokens, w->gen_tokens, w->steps, w->expected_tokens, o->budget, o->warmup);
     fputs(" \"configurations\": [", out);
     for (size_t i = 0; i < count; i++) {
         const kd_result *r = &results[i];
@@ -377,6 +483,8 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
         json_string(out, r->first_corruption);
         fputs(", \"error\": ", out);
         json_string(out, r->error);
+        fprintf(out, ", \"copies\": %" PRIu64 ",\n   \"backend_calls\": ", r->copies);
+        put_json_calls(out, &r->calls);
         fputc('}', out);
     }
     fputs("],\n \"best\": ", out);
@@ -423,6 +531,9 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    o.copy_io = o.io ? strcmp(o.io, "copy") == 0 : o.backend == KD_BACKEND_CUDA;
+    if (!o.warmup_set)
+        o.warmup = o.batch < o.requests ? o.batch : o.requests; /* the first wave */
     rc = check_options(&o);
     if (rc)
         return rc;
@@ -432,7 +543,19 @@ int main(int argc, char **argv)
     geometry.granule = o.granule;
     if (ortmem_kv_geometry_check(&geometry) != ORTMEM_OK)
         return fail(EXIT_USAGE, "%s", ortmem_last_error());
-    /* Before anything runs: a demo whose plot cannot be drawn is wasted. */
+    /* Before anything runs: a backend that cannot be created, a plot that
+     * cannot be drawn. */
+    if (o.backend == KD_BACKEND_CUDA) {
+        ortmem_backend *probe = NULL;
+        ortmem_status st = kd_backend_create(&o, &probe);
+        if (st != ORTMEM_OK)
+            return fail(EXIT_USAGE,
+                        "--backend cuda: the CUDA backend on device %" PRIu64
+                        " is %s (%s: %s); nothing was run",
+                        o.device, st == ORTMEM_E_UNAVAILABLE ? "unavailable" : "not usable",
+                        ortmem_status_str(st), ortmem_last_error());
+        (void)ortmem_backend_destroy(probe);
+    }
     if (o.plot && !gnuplot_available())
         return fail(EXIT_USAGE, "--plot needs gnuplot, which is not installed (Debian: apt-get "
                                 "install gnuplot-nox); nothing was run");
@@ -486,6 +609,7 @@ int main(int argc, char **argv)
         put_json(stdout, &o, &geometry, &w, results, count, best);
     } else {
         put_table(stdout, results, count);
+        put_calls(stdout, results, count);
         put_notes(stdout, results, count);
         if (best < count) {
             char name[64];

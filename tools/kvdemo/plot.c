@@ -1,5 +1,5 @@
 /* Committed bytes over decode steps, one line per configuration, live bytes
- * for reference. The plot is gnuplot's (common/gnuplot.h): this file writes
+ * for reference, and a line of backend calls per request after the warm-up. The plot is gnuplot's (common/gnuplot.h): this file writes
  * its script, with the timelines inline as datablocks. */
 #include "kvdemo.h"
 
@@ -100,6 +100,30 @@ static int colour_of(ortmem_kv_layout layout)
     return layout == ORTMEM_KV_HEAD_MAJOR ? 0 : layout == ORTMEM_KV_SEQ_MAJOR ? 1 : 2;
 }
 
+/* Under the title: each layout's mean backend calls per request after the
+ * warm-up, stable / bucket. */
+static void put_calls_label(FILE *script, const kd_result *results, size_t count)
+{
+    char text[512];
+    size_t len = (size_t)snprintf(text, sizeof text,
+                                  "backend calls per request after the warm-up of %" PRIu64
+                                  " (mean; stable / bucket):",
+                                  count ? results[0].calls.warmup_requests : 0);
+    for (size_t i = 0; i < count && len < sizeof text; i++) {
+        const kd_result *r = &results[i];
+        double mean = r->calls.after_requests
+                          ? (double)r->calls.after_all / (double)r->calls.after_requests
+                          : 0.0;
+        bool stable = r->strategy == ORTMEM_KV_STABLE;
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%s%s %.1f",
+                                stable && i ? "," : "", stable ? " " : " /",
+                                stable ? ortmem_kv_layout_name(r->layout) : "", mean);
+    }
+    fputs("set tmargin 5\nset label 1 '", script);
+    put_quoted(script, text);
+    fputs("' at screen 0.5, screen 0.925 center font 'sans,11'\n", script);
+}
+
 static void put_script(FILE *script, const kd_result *results, size_t count, const char *title)
 {
     fputs("set terminal svg size 1000,720 noenhanced font 'sans,13' background rgb 'white'\n"
@@ -129,6 +153,7 @@ static void put_script(FILE *script, const kd_result *results, size_t count, con
         return;
     }
     put_yrange(script, results, count);
+    put_calls_label(script, results, count);
     /* Layout: the colour; strategy: solid (stable) or dashed (bucket). A
      * configuration whose committed bytes equal an earlier one's at every
      * step is named in that one's line instead of hiding under it. */

@@ -1,28 +1,62 @@
-/* One configuration: the workload on a fresh CPU backend, its own authority
- * and a KV cache of one layout and strategy. Every appended token's K and V
- * are written through the binding descriptors (one byte per head row, a
+/* One configuration: the workload on a fresh backend, its own authority and
+ * a KV cache of one layout and strategy. Every appended token's K and V are
+ * written through the binding descriptors (one byte per head row, a
  * function of the token, its position, the binding and the head) and a
  * sample of them is read back before a sequence goes, so a paging bug shows
- * as a corruption. */
+ * as a corruption. With --io copy (device memory) the bytes go through the
+ * backend's copies and a host staging buffer instead of stores: decode
+ * tokens are written in batches (a sequence's pending tokens before its
+ * bucket grows, before it is read back, and every KD_FLUSH_TOKENS), each
+ * batch as few copies as the layout's rows allow, then one event. Every
+ * backend call is charged to the request whose library call made it. */
 #include "kvdemo.h"
 
 #include <inttypes.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define MiB (1024.0 * 1024.0)
+#define KD_NOBODY SIZE_MAX                  /* calls outside any request's */
+#define KD_FLUSH_TOKENS 64                  /* --io copy: decode tokens pending at most */
+#define KD_STAGING_BYTES ((size_t)16 << 20) /* --io copy: a batch's tokens, about */
+
+const ortmem_backend_op kd_call_ops[KD_CALL_OPS] = {
+    ORTMEM_OP_CREATE, ORTMEM_OP_MAP, ORTMEM_OP_SET_ACCESS, ORTMEM_OP_UNMAP, ORTMEM_OP_RELEASE};
+
+const char *kd_call_name(size_t op)
+{
+    static const char *const names[KD_CALL_OPS] = {"create", "map", "set_access", "unmap",
+                                                   "release"};
+    return op < KD_CALL_OPS ? names[op] : "?";
+}
 
 typedef struct kd_live {
     size_t request;
     ortmem_kv_seq *seq;
-    uint64_t length; /* tokens live, all written */
-    uint64_t target; /* prompt + gen */
-    uint64_t shared; /* tokens that came with the sequence (fork or prefix cache) */
+    uint64_t length;  /* tokens live, all written (--io copy: up to written) */
+    uint64_t target;  /* prompt + gen */
+    uint64_t shared;  /* tokens that came with the sequence (fork or prefix cache) */
+    uint64_t written; /* --io copy: tokens [written, length) are not written yet */
     ortmem_kv_binding *bind;
     bool bound, finished;
 } kd_live;
+
+/* --io copy: one (binding, head)'s row starts of a batch of tokens, and
+ * where they are in the staging buffer. */
+typedef struct kd_span {
+    uintptr_t start, end;
+    uint32_t binding, head;
+    size_t offset;
+} kd_span;
+
+/* A copy: overlapping or touching spans merged (rows of the batch only). */
+typedef struct kd_run_span {
+    uintptr_t start, end;
+    size_t offset;
+} kd_run_span;
 
 typedef struct kd_state {
     const kd_options *o;
@@ -43,6 +77,18 @@ typedef struct kd_state {
     bool admission_blocked; /* refused: wait until a request finishes */
     uint64_t rng;
     bool failed;
+    /* the per-request accounting */
+    uint64_t (*charged)[KD_CALL_OPS]; /* per request */
+    uint64_t other[KD_CALL_OPS];      /* outside any request's library calls */
+    uint64_t seen[KD_CALL_OPS];       /* the backend's calls[] at the last settle */
+    size_t owner;                     /* KD_NOBODY or a request */
+    /* --io copy */
+    uint64_t chunk_tokens; /* tokens per batch */
+    kd_span *spans;        /* bindings x heads */
+    kd_run_span *runs;
+    size_t run_count;
+    uint8_t *staging, *mirror; /* mirror: a sequence's row bytes, [token][binding][head] */
+    size_t staging_size, mirror_size;
 } kd_state;
 
 /* ---- failures ---- */
@@ -145,9 +191,222 @@ static bool kd_bind(kd_state *s, kd_live *lv)
     return true;
 }
 
-/* Writes tokens [from, to) of lv: one byte at the start of every head row. */
+/* ---- the accounting ---- */
+
+/* Charges the backend calls made since the last settle to the current owner,
+ * then makes owner the current one. */
+static void kd_charge(kd_state *s, size_t owner)
+{
+    if (!s->backend || !s->charged)
+        return;
+    ortmem_vmm_stats vs = {.struct_size = sizeof vs};
+    ortmem_status st = ortmem_backend_stats(s->backend, &vs);
+    if (st != ORTMEM_OK) {
+        kd_fail(s, st, "backend stats");
+        return;
+    }
+    uint64_t *to = s->owner == KD_NOBODY ? s->other : s->charged[s->owner];
+    for (size_t k = 0; k < KD_CALL_OPS; k++) {
+        uint64_t now = vs.calls[kd_call_ops[k]];
+        to[k] += now - s->seen[k];
+        s->seen[k] = now;
+    }
+    s->owner = owner;
+}
+
+/* After the last request: the warm-up (the first o->warmup requests and
+ * what no request made) against the requests after it. total is the
+ * backend's own count; the charges add up to it. */
+static void kd_calls_finish(kd_state *s)
+{
+    kd_charge(s, KD_NOBODY);
+    kd_calls *c = &s->r->calls;
+    size_t n = s->w->count;
+    size_t warm = s->o->warmup < n ? (size_t)s->o->warmup : n;
+    c->warmup_requests = warm;
+    c->after_requests = n - warm;
+    for (size_t k = 0; k < KD_CALL_OPS; k++) {
+        c->total[k] = s->seen[k];
+        c->warmup[k] = s->other[k];
+    }
+    for (size_t i = 0; s->charged && i < n; i++) {
+        uint64_t all = 0;
+        for (size_t k = 0; k < KD_CALL_OPS; k++) {
+            uint64_t v = s->charged[i][k];
+            all += v;
+            if (i < warm) {
+                c->warmup[k] += v;
+            } else {
+                c->after[k] += v;
+                if (v > c->max[k])
+                    c->max[k] = v;
+            }
+        }
+        if (i >= warm && all > c->max_all)
+            c->max_all = all;
+    }
+    for (size_t k = 0; k < KD_CALL_OPS; k++) {
+        c->total_all += c->total[k];
+        c->warmup_all += c->warmup[k];
+        c->after_all += c->after[k];
+    }
+}
+
+/* ---- --io copy: K/V bytes through the backend's copies ---- */
+
+static int kd_span_order(const void *a, const void *b)
+{
+    uintptr_t x = ((const kd_span *)a)->start, y = ((const kd_span *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+/* Lays out tokens [c0, c1) of lv: a span per (binding, head), merged into
+ * runs where they overlap or touch (one layout's rows interleave, another's
+ * bindings share a token row: a run holds rows of these tokens only, so
+ * writing it whole, zeros between the row starts, touches no other token).
+ * Returns the staging bytes the runs need. */
+static size_t kd_lay_out(kd_state *s, const kd_live *lv, uint64_t c0, uint64_t c1)
+{
+    size_t n = 0;
+    for (uint32_t b = 0; b < s->bindings; b++) {
+        const ortmem_kv_binding *k = &lv->bind[b];
+        for (uint32_t h = 0; h < s->geo.kv_heads; h++) {
+            uintptr_t a = (uintptr_t)k->base + h * k->head_stride + c0 * k->token_stride;
+            s->spans[n++] = (kd_span){a, a + (c1 - 1 - c0) * k->token_stride + 1, b, h, 0};
+        }
+    }
+    qsort(s->spans, n, sizeof *s->spans, kd_span_order);
+    size_t runs = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        kd_span *sp = &s->spans[i];
+        if (runs && sp->start <= s->runs[runs - 1].end) {
+            kd_run_span *run = &s->runs[runs - 1];
+            if (sp->end > run->end) {
+                total += sp->end - run->end;
+                run->end = sp->end;
+            }
+        } else {
+            s->runs[runs++] = (kd_run_span){sp->start, sp->end, total};
+            total += sp->end - sp->start;
+        }
+        const kd_run_span *run = &s->runs[runs - 1];
+        sp->offset = run->offset + (sp->start - run->start);
+    }
+    s->run_count = runs;
+    return total;
+}
+
+static bool kd_buffer(kd_state *s, uint8_t **buf, size_t *size, size_t need)
+{
+    if (need <= *size)
+        return true;
+    uint8_t *grown = realloc(*buf, need);
+    if (!grown) {
+        kd_fail(s, ORTMEM_E_NOMEM, "a host buffer of %zu bytes", need);
+        return false;
+    }
+    *buf = grown;
+    *size = need;
+    return true;
+}
+
+/* Copies every run between the device and the staging buffer, then waits
+ * for one event. */
+static bool kd_copy_runs(kd_state *s, bool to_device)
+{
+    ortmem_status st = ORTMEM_OK;
+    for (size_t i = 0; i < s->run_count && st == ORTMEM_OK; i++) {
+        const kd_run_span *run = &s->runs[i];
+        void *device = (void *)run->start;
+        uint8_t *host = s->staging + run->offset;
+        size_t len = (size_t)(run->end - run->start);
+        st = to_device ? ortmem_backend_copy_async(s->backend, device, host, len, 0)
+                       : ortmem_backend_copy_async(s->backend, host, device, len, 0);
+    }
+    s->r->copies += s->run_count;
+    uint64_t event = 0;
+    if (st == ORTMEM_OK)
+        st = ortmem_backend_event_record(s->backend, 0, &event);
+    if (st == ORTMEM_OK) {
+        while ((st = ortmem_backend_event_query(s->backend, event)) == ORTMEM_E_BUSY)
+            sched_yield();
+        ortmem_status destroyed = ortmem_backend_event_destroy(s->backend, event);
+        if (st == ORTMEM_OK)
+            st = destroyed;
+    }
+    if (st != ORTMEM_OK)
+        kd_fail(s, st, "%zu copies %s the device", s->run_count, to_device ? "to" : "from");
+    return st == ORTMEM_OK;
+}
+
+/* Writes lv's pending tokens [written, length) through the staging buffer. */
+static bool kd_flush(kd_state *s, kd_live *lv)
+{
+    if (!s->o->copy_io || lv->written >= lv->length || s->failed)
+        return !s->failed;
+    const int32_t *tokens = kd_tokens(s, lv);
+    for (uint64_t c0 = lv->written, c1; c0 < lv->length; c0 = c1) {
+        c1 = c0 + s->chunk_tokens < lv->length ? c0 + s->chunk_tokens : lv->length;
+        size_t total = kd_lay_out(s, lv, c0, c1);
+        if (!kd_buffer(s, &s->staging, &s->staging_size, total))
+            return false;
+        memset(s->staging, 0, total);
+        for (size_t i = 0; i < s->bindings * (size_t)s->geo.kv_heads; i++) {
+            const kd_span *sp = &s->spans[i];
+            uint64_t stride = lv->bind[sp->binding].token_stride;
+            for (uint64_t t = c0; t < c1; t++)
+                s->staging[sp->offset + (t - c0) * stride] =
+                    kd_pattern(tokens[t], t, sp->binding, sp->head);
+        }
+        if (!kd_copy_runs(s, true))
+            return false;
+    }
+    s->r->tokens_written += lv->length - lv->written;
+    lv->written = lv->length;
+    return true;
+}
+
+/* Reads every row start of lv's live tokens into the mirror. */
+static bool kd_fetch(kd_state *s, kd_live *lv)
+{
+    uint32_t heads = s->geo.kv_heads;
+    if (!kd_buffer(s, &s->mirror, &s->mirror_size, lv->length * s->bindings * heads))
+        return false;
+    for (uint64_t c0 = 0, c1; c0 < lv->length; c0 = c1) {
+        c1 = c0 + s->chunk_tokens < lv->length ? c0 + s->chunk_tokens : lv->length;
+        size_t total = kd_lay_out(s, lv, c0, c1);
+        if (!kd_buffer(s, &s->staging, &s->staging_size, total) || !kd_copy_runs(s, false))
+            return false;
+        for (size_t i = 0; i < s->bindings * (size_t)heads; i++) {
+            const kd_span *sp = &s->spans[i];
+            uint64_t stride = lv->bind[sp->binding].token_stride;
+            for (uint64_t t = c0; t < c1; t++)
+                s->mirror[(t * s->bindings + sp->binding) * heads + sp->head] =
+                    s->staging[sp->offset + (t - c0) * stride];
+        }
+    }
+    return true;
+}
+
+/* The byte at the start of token t's row of head h in binding b. */
+static uint8_t kd_byte(const kd_state *s, const kd_live *lv, uint64_t t, uint32_t b, uint32_t h)
+{
+    if (s->o->copy_io)
+        return s->mirror[(t * s->bindings + b) * s->geo.kv_heads + h];
+    const ortmem_kv_binding *k = &lv->bind[b];
+    return ((const uint8_t *)k->base)[t * k->token_stride + h * k->head_stride];
+}
+
+/* Writes tokens [from, to) of lv: one byte at the start of every head row.
+ * --io copy: a prefill and the system prompt's sequence (forks share it) at
+ * once, decode tokens in batches. */
 static void kd_write(kd_state *s, kd_live *lv, uint64_t from, uint64_t to)
 {
+    if (s->o->copy_io) {
+        if (lv == &s->holder || to - from > 1 || lv->length - lv->written >= KD_FLUSH_TOKENS)
+            (void)kd_flush(s, lv);
+        return;
+    }
     const int32_t *tokens = kd_tokens(s, lv);
     uint32_t heads = s->geo.kv_heads;
     for (uint32_t b = 0; b < s->bindings; b++) {
@@ -165,17 +424,16 @@ static bool kd_check_token(kd_state *s, kd_live *lv, uint64_t t)
 {
     const int32_t *tokens = kd_tokens(s, lv);
     for (uint32_t b = 0; b < s->bindings; b++) {
-        const ortmem_kv_binding *k = &lv->bind[b];
-        const uint8_t *row = (const uint8_t *)k->base + t * k->token_stride;
         for (uint32_t h = 0; h < s->geo.kv_heads; h++) {
             uint8_t want = kd_pattern(tokens[t], t, b, h);
-            if (row[h * k->head_stride] != want) {
+            uint8_t got = kd_byte(s, lv, t, b, h);
+            if (got != want) {
                 char who[96];
                 kd_corrupt(s,
                            "%s: token %" PRIu64 " of %" PRIu64 ", layer %u %s head %u reads "
                            "0x%02x, 0x%02x was written",
                            kd_who(s, lv, who, sizeof who), t, lv->length, b / 2, b % 2 ? "V" : "K",
-                           h, row[h * k->head_stride], want);
+                           h, got, want);
                 return false;
             }
         }
@@ -188,6 +446,8 @@ static bool kd_check_token(kd_state *s, kd_live *lv, uint64_t t)
 static void kd_verify(kd_state *s, kd_live *lv)
 {
     if (!lv->length || !kd_bind(s, lv))
+        return;
+    if (s->o->copy_io && (!kd_flush(s, lv) || !kd_fetch(s, lv)))
         return;
     uint64_t fixed[4] = {0, lv->length - 1, lv->shared ? lv->shared - 1 : 0, lv->shared};
     uint64_t n = 0;
@@ -230,6 +490,9 @@ static void kd_retire(kd_state *s, kd_live *lv)
  * other failure ends the run. */
 static ortmem_status kd_grow(kd_state *s, kd_live *lv, uint64_t n)
 {
+    /* A bucket that grows copies what was written: write the pending first. */
+    if (s->o->copy_io && lv->bound && lv->length + n > lv->bind[0].capacity && !kd_flush(s, lv))
+        return ORTMEM_E_STATE;
     ortmem_status st = ortmem_kv_seq_append(lv->seq, n);
     if (st == ORTMEM_E_BUDGET)
         return st;
@@ -251,6 +514,7 @@ static ortmem_status kd_grow(kd_state *s, kd_live *lv, uint64_t n)
 static void kd_make_holder(kd_state *s)
 {
     kd_result *r = s->r;
+    kd_charge(s, KD_NOBODY);
     if (!s->w->system_tokens)
         return;
     ortmem_status st = ortmem_kv_seq_create(s->cache, &s->holder.seq);
@@ -287,14 +551,35 @@ static void kd_make_holder(kd_state *s)
 
 typedef enum kd_outcome { KD_ADMITTED, KD_WAIT, KD_FAILED } kd_outcome;
 
+/* --inject-corruption: what a paging bug would do to the first byte. */
+static void kd_inject(kd_state *s, kd_live *lv)
+{
+    uint8_t *first = lv->bind[0].base;
+    if (!s->o->copy_io) {
+        *first = (uint8_t)(*first ^ 0xff);
+        return;
+    }
+    uint8_t byte = 0;
+    if (!kd_flush(s, lv))
+        return;
+    ortmem_status st = ortmem_backend_copy(s->backend, &byte, first, 1);
+    byte ^= 0xff;
+    if (st == ORTMEM_OK)
+        st = ortmem_backend_copy(s->backend, first, &byte, 1);
+    s->r->copies += 2;
+    if (st != ORTMEM_OK)
+        kd_fail(s, st, "injecting a corruption");
+}
+
 /* Starts request i (again, after a preemption: its prompt then includes what
  * it had generated). */
 static kd_outcome kd_admit_one(kd_state *s, size_t i)
 {
     const kd_request *q = &s->w->requests[i];
     kd_live *lv = &s->live[s->live_count];
+    kd_charge(s, i);
     lv->request = i;
-    lv->length = lv->shared = 0;
+    lv->length = lv->shared = lv->written = 0;
     lv->bound = false;
     lv->target = q->prompt + q->gen;
     uint64_t start = q->prompt + s->generated[i];
@@ -320,7 +605,7 @@ static kd_outcome kd_admit_one(kd_state *s, size_t i)
         kd_fail(s, st, "%s for request %zu", how, i);
         return KD_FAILED;
     }
-    lv->length = lv->shared;
+    lv->length = lv->written = lv->shared; /* the shared tokens were written */
     if (lv->shared && !kd_bind(s, lv)) {
         (void)ortmem_kv_seq_destroy(lv->seq);
         lv->seq = NULL;
@@ -332,10 +617,8 @@ static kd_outcome kd_admit_one(kd_state *s, size_t i)
         lv->seq = NULL;
         return st == ORTMEM_E_BUDGET ? KD_WAIT : KD_FAILED;
     }
-    if (s->o->inject_corruption && i == 0 && s->generated[i] == 0 && lv->length) {
-        uint8_t *first = lv->bind[0].base;
-        *first = (uint8_t)(*first ^ 0xff); /* what a paging bug would do */
-    }
+    if (s->o->inject_corruption && i == 0 && s->generated[i] == 0 && lv->length)
+        kd_inject(s, lv);
     if (q->kind == KD_PREFIX && lv->shared == 0) {
         s->r->prefix_misses++;
         /* The entry went under pressure (or was refused): offer it again. */
@@ -400,6 +683,7 @@ static void kd_decode(kd_state *s)
     size_t kept = 0;
     for (size_t k = 0; k < s->live_count; k++) {
         kd_live *lv = &s->live[k];
+        kd_charge(s, lv->request);
         ortmem_status st = s->failed ? ORTMEM_OK : kd_grow(s, lv, 1);
         bool gone = s->failed;
         if (st == ORTMEM_E_BUDGET) {
@@ -436,6 +720,7 @@ static void kd_finish(kd_state *s)
     for (size_t k = 0; k < s->live_count; k++) {
         kd_live *lv = &s->live[k];
         if (lv->finished) {
+            kd_charge(s, lv->request);
             s->r->completed++;
             s->admission_blocked = false;
             lv->finished = false;
@@ -547,12 +832,33 @@ static char *kd_ledger(ortmem_authority *a, ortmem_report_format format)
     return text;
 }
 
+ortmem_status kd_backend_create(const kd_options *o, ortmem_backend **out)
+{
+    if (o->backend == KD_BACKEND_CUDA) {
+        ortmem_cuda_options co = ORTMEM_CUDA_OPTIONS_INIT;
+        co.ordinal = (int)o->device;
+        co.granule = (size_t)o->granule;
+        return ortmem_cuda_backend_create(&co, out);
+    }
+    ortmem_cpu_options co = ORTMEM_CPU_OPTIONS_INIT;
+    co.granule = (size_t)o->granule;
+    return ortmem_cpu_backend_create(&co, out);
+}
+
+const char *kd_backend_label(const kd_options *o, char *buf, size_t size)
+{
+    if (o->backend == KD_BACKEND_CUDA)
+        snprintf(buf, size, "the CUDA backend (device %" PRIu64 ")", o->device);
+    else
+        snprintf(buf, size, "the CPU backend");
+    return buf;
+}
+
 static bool kd_setup(kd_state *s, const ortmem_kv_geometry *geometry, ortmem_kv_layout layout)
 {
     kd_result *r = s->r;
-    ortmem_cpu_options co = ORTMEM_CPU_OPTIONS_INIT;
-    co.granule = (size_t)s->o->granule;
-    ortmem_status st = ortmem_cpu_backend_create(&co, &s->backend);
+    s->owner = KD_NOBODY;
+    ortmem_status st = kd_backend_create(s->o, &s->backend);
     if (st == ORTMEM_OK) {
         ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
         ao.limit_bytes = s->o->budget;
@@ -592,7 +898,17 @@ static bool kd_setup(kd_state *s, const ortmem_kv_geometry *geometry, ortmem_kv_
     s->live = calloc(s->o->batch, sizeof *s->live);
     s->queue = calloc(s->w->count, sizeof *s->queue);
     s->generated = calloc(s->w->count, sizeof *s->generated);
-    bool ok = s->live && s->queue && s->generated && kd_live_init(s, &s->holder);
+    s->charged = calloc(s->w->count, sizeof *s->charged);
+    size_t rows = (size_t)s->bindings * s->geo.kv_heads;
+    s->spans = calloc(rows, sizeof *s->spans);
+    s->runs = calloc(rows, sizeof *s->runs);
+    ortmem_kv_eval e = {.struct_size = sizeof e};
+    (void)ortmem_kv_evaluate(&s->geo, 1, s->o->max_context, 1, 0, 0, &e);
+    s->chunk_tokens = e.bytes_per_token && KD_STAGING_BYTES / e.bytes_per_token > 1
+                          ? KD_STAGING_BYTES / e.bytes_per_token
+                          : 1;
+    bool ok = s->live && s->queue && s->generated && s->charged && s->spans && s->runs &&
+              kd_live_init(s, &s->holder);
     for (uint64_t k = 0; ok && k < s->o->batch; k++)
         ok = kd_live_init(s, &s->live[k]);
     if (!ok) {
@@ -642,6 +958,11 @@ static void kd_teardown(kd_state *s)
     free(s->holder.bind);
     free(s->queue);
     free(s->generated);
+    free(s->charged);
+    free(s->spans);
+    free(s->runs);
+    free(s->staging);
+    free(s->mirror);
 }
 
 bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_workload *w,
@@ -692,8 +1013,10 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
             }
             kd_admit(&s);
             kd_decode(&s);
+            kd_charge(&s, KD_NOBODY);
             kd_sample_now(&s, step);
             kd_finish(&s);
+            kd_charge(&s, KD_NOBODY);
             if (progress && !s.failed && (step % every == 0 || !(s.queue_len || s.live_count)))
                 kd_progress(&s, progress, step);
         }
@@ -707,6 +1030,7 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
             }
         }
         r->mean_efficiency = n ? sum / (double)n : 0.0;
+        kd_calls_finish(&s);
     }
     kd_teardown(&s);
     r->seconds = kd_now() - t0;
@@ -720,6 +1044,15 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
                 "  %" PRIu64 " requests done in %" PRIu64 " steps, %.2f s; peak committed %.1f "
                 "MiB at step %" PRIu64 "\n",
                 r->completed, r->steps, r->seconds, r->peak_committed / MiB, r->peak_step);
+        const kd_calls *c = &r->calls;
+        if (started)
+            fprintf(progress,
+                    "  backend calls (create, map, set-access, unmap, release): %" PRIu64
+                    ", %" PRIu64 " in the warm-up (%" PRIu64 " requests), then %.1f per "
+                    "request (max %" PRIu64 ")\n",
+                    c->total_all, c->warmup_all, c->warmup_requests,
+                    c->after_requests ? (double)c->after_all / (double)c->after_requests : 0.0,
+                    c->max_all);
         if (r->admission_waits || r->preemptions || r->dropped)
             fprintf(progress,
                     "  budget: %" PRIu64 " admissions waited, %" PRIu64 " preemptions, %" PRIu64
