@@ -400,9 +400,8 @@ static int om_extent_cmp(const void *a, const void *b)
 /* Contiguous runs among extents (sorted in place by address). */
 static uint64_t om_runs(om_grow_extent *e, size_t n)
 {
-    if (n == 0)
-        return 0; /* e may be NULL: nothing laid yet */
-    qsort(e, n, sizeof *e, om_extent_cmp);
+    if (n > 1) /* e is NULL before anything is laid */
+        qsort(e, n, sizeof *e, om_extent_cmp);
     uint64_t runs = 0;
     for (size_t i = 0; i < n; i++)
         runs += i == 0 || e[i - 1].first + e[i - 1].granules != e[i].first;
