@@ -263,167 +263,9 @@ ortmem_status ortmem_backend_granule(ortmem_backend *b, size_t *granule)
     return ORTMEM_OK;
 }
 
-/* ---- wrapping and extending backends ---- */
-
-/* The forwarding vtable's slots: self is the wrapped backend, kept alive by
- * its wrapper (ortmem_backend_create_wrapper), so no pin is taken. */
-static ortmem_status om_fwd_granularity(void *self, size_t *minimum, size_t *recommended)
-{
-    ortmem_backend *b = self;
-    *minimum = b->granule_min;
-    *recommended = b->granule;
-    return ORTMEM_OK;
-}
-
-static ortmem_status om_fwd_reserve(void *self, size_t size, size_t align, uintptr_t *va)
-{
-    return om_backend_reserve(self, size, align, va);
-}
-
-static ortmem_status om_fwd_unreserve(void *self, uintptr_t va, size_t size)
-{
-    return om_backend_unreserve(self, va, size);
-}
-
-static ortmem_status om_fwd_create(void *self, size_t size, unsigned flags, uint64_t *handle)
-{
-    return om_backend_create_granule(self, size, flags, handle);
-}
-
-static ortmem_status om_fwd_release(void *self, uint64_t handle)
-{
-    return om_backend_release_granule(self, handle);
-}
-
-static ortmem_status om_fwd_map(void *self, uintptr_t va, size_t size, uint64_t handle,
-                                size_t handle_offset)
-{
-    return om_backend_map(self, va, size, handle, handle_offset);
-}
-
-static ortmem_status om_fwd_unmap(void *self, uintptr_t va, size_t size)
-{
-    return om_backend_unmap(self, va, size);
-}
-
-static ortmem_status om_fwd_set_access(void *self, uintptr_t va, size_t size, ortmem_access access)
-{
-    return om_backend_set_access(self, va, size, access);
-}
-
-static ortmem_status om_fwd_export(void *self, uint64_t handle, int *fd)
-{
-    return om_backend_export(self, handle, fd);
-}
-
-static ortmem_status om_fwd_import(void *self, int fd, size_t size, uint64_t *handle)
-{
-    return om_backend_import(self, fd, size, handle);
-}
-
-static ortmem_status om_fwd_copy(void *self, uintptr_t dst, uintptr_t src, size_t size)
-{
-    return om_backend_copy(self, dst, src, size);
-}
-
-static ortmem_status om_fwd_copy_async(void *self, uintptr_t dst, uintptr_t src, size_t size,
-                                       uint64_t stream)
-{
-    return om_backend_copy_async(self, dst, src, size, stream);
-}
-
-static ortmem_status om_fwd_memset_async(void *self, uintptr_t dst, int value, size_t size,
-                                         uint64_t stream)
-{
-    return om_backend_memset_async(self, dst, value, size, stream);
-}
-
-static ortmem_status om_fwd_event_record(void *self, uint64_t stream, uint64_t *event)
-{
-    return om_backend_event_record(self, stream, event);
-}
-
-static ortmem_status om_fwd_event_query(void *self, uint64_t event)
-{
-    return om_backend_event_query(self, event);
-}
-
-static ortmem_status om_fwd_event_destroy(void *self, uint64_t event)
-{
-    return om_backend_event_destroy(self, event);
-}
-
-ortmem_status ortmem_backend_forwarding_ops(ortmem_backend *b, ortmem_backend_ops *calls)
-{
-    om_error_clear();
-    if (!calls)
-        return OM_ERR(ORTMEM_E_INVALID, "backend forwarding ops: output is NULL");
-    ortmem_status st = om_backend_pin(b, "backend forwarding ops");
-    if (st != ORTMEM_OK)
-        return st;
-    bool events = om_backend_has_events(b);
-    *calls = (ortmem_backend_ops){
-        .struct_size = sizeof *calls,
-        .name = b->ops.name,
-        .granularity = om_fwd_granularity,
-        .reserve = om_fwd_reserve,
-        .unreserve = om_fwd_unreserve,
-        .create = om_fwd_create,
-        .release = om_fwd_release,
-        .map = om_fwd_map,
-        .unmap = om_fwd_unmap,
-        .set_access = om_fwd_set_access,
-        .export_fd = b->ops.export_fd ? om_fwd_export : NULL,
-        .import_fd = b->ops.import_fd ? om_fwd_import : NULL,
-        .copy = b->ops.copy ? om_fwd_copy : NULL,
-        .destroy = NULL,
-        .copy_async = b->ops.copy_async ? om_fwd_copy_async : NULL,
-        .memset_async = b->ops.memset_async ? om_fwd_memset_async : NULL,
-        .event_record = events ? om_fwd_event_record : NULL,
-        .event_query = events ? om_fwd_event_query : NULL,
-        .event_destroy = events ? om_fwd_event_destroy : NULL,
-    };
-    om_backend_unpin(b);
-    return ORTMEM_OK;
-}
-
-ortmem_status ortmem_backend_create_wrapper(ortmem_backend *inner, const ortmem_backend_ops *ops,
-                                            void *self, ortmem_backend **out)
-{
-    om_error_clear();
-    ortmem_status st = om_backend_pin(inner, "backend create wrapper");
-    if (st != ORTMEM_OK)
-        return st;
-    ortmem_backend *b = NULL;
-    st = ortmem_backend_create(ops, self, &b);
-    if (st == ORTMEM_OK) {
-        b->inner = inner;
-        om_backend_use(inner);
-        *out = b;
-    }
-    om_backend_unpin(inner);
-    return st;
-}
-
-ortmem_status ortmem_backend_visit(ortmem_backend *b,
-                                   ortmem_status (*fn)(void *self, const ortmem_backend_ops *ops,
-                                                       void *arg),
-                                   void *arg)
-{
-    om_error_clear();
-    if (!fn)
-        return OM_ERR(ORTMEM_E_INVALID, "backend visit: fn is NULL");
-    ortmem_status st = om_backend_pin(b, "backend visit");
-    if (st != ORTMEM_OK)
-        return st;
-    st = fn(b->self, &b->ops, arg);
-    om_backend_unpin(b);
-    return st;
-}
-
 /* ---- counted calls ---- */
 
-static ortmem_status om_counted(ortmem_backend *b, ortmem_backend_op op, ortmem_status st)
+ortmem_status om_backend_counted(ortmem_backend *b, ortmem_backend_op op, ortmem_status st)
 {
     om_ledger_count(&b->ledger.calls[op], 1, b);
     if (st != ORTMEM_OK) {
@@ -435,54 +277,56 @@ static ortmem_status om_counted(ortmem_backend *b, ortmem_backend_op op, ortmem_
 
 ortmem_status om_backend_reserve(ortmem_backend *b, size_t size, size_t align, uintptr_t *va)
 {
-    return om_counted(b, ORTMEM_OP_RESERVE, b->ops.reserve(b->self, size, align, va));
+    return om_backend_counted(b, ORTMEM_OP_RESERVE, b->ops.reserve(b->self, size, align, va));
 }
 
 ortmem_status om_backend_unreserve(ortmem_backend *b, uintptr_t va, size_t size)
 {
-    return om_counted(b, ORTMEM_OP_UNRESERVE, b->ops.unreserve(b->self, va, size));
+    return om_backend_counted(b, ORTMEM_OP_UNRESERVE, b->ops.unreserve(b->self, va, size));
 }
 
 ortmem_status om_backend_create_granule(ortmem_backend *b, size_t size, unsigned flags,
                                         uint64_t *handle)
 {
-    return om_counted(b, ORTMEM_OP_CREATE, b->ops.create(b->self, size, flags, handle));
+    return om_backend_counted(b, ORTMEM_OP_CREATE, b->ops.create(b->self, size, flags, handle));
 }
 
 ortmem_status om_backend_release_granule(ortmem_backend *b, uint64_t handle)
 {
-    return om_counted(b, ORTMEM_OP_RELEASE, b->ops.release(b->self, handle));
+    return om_backend_counted(b, ORTMEM_OP_RELEASE, b->ops.release(b->self, handle));
 }
 
 ortmem_status om_backend_map(ortmem_backend *b, uintptr_t va, size_t size, uint64_t handle,
                              size_t handle_offset)
 {
-    return om_counted(b, ORTMEM_OP_MAP, b->ops.map(b->self, va, size, handle, handle_offset));
+    return om_backend_counted(b, ORTMEM_OP_MAP,
+                              b->ops.map(b->self, va, size, handle, handle_offset));
 }
 
 ortmem_status om_backend_unmap(ortmem_backend *b, uintptr_t va, size_t size)
 {
-    return om_counted(b, ORTMEM_OP_UNMAP, b->ops.unmap(b->self, va, size));
+    return om_backend_counted(b, ORTMEM_OP_UNMAP, b->ops.unmap(b->self, va, size));
 }
 
 ortmem_status om_backend_set_access(ortmem_backend *b, uintptr_t va, size_t size,
                                     ortmem_access access)
 {
-    return om_counted(b, ORTMEM_OP_SET_ACCESS, b->ops.set_access(b->self, va, size, access));
+    return om_backend_counted(b, ORTMEM_OP_SET_ACCESS,
+                              b->ops.set_access(b->self, va, size, access));
 }
 
 ortmem_status om_backend_export(ortmem_backend *b, uint64_t handle, int *fd)
 {
     if (!b->ops.export_fd)
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot export granules", b->ops.name);
-    return om_counted(b, ORTMEM_OP_EXPORT, b->ops.export_fd(b->self, handle, fd));
+    return om_backend_counted(b, ORTMEM_OP_EXPORT, b->ops.export_fd(b->self, handle, fd));
 }
 
 ortmem_status om_backend_import(ortmem_backend *b, int fd, size_t size, uint64_t *handle)
 {
     if (!b->ops.import_fd)
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' cannot import granules", b->ops.name);
-    return om_counted(b, ORTMEM_OP_IMPORT, b->ops.import_fd(b->self, fd, size, handle));
+    return om_backend_counted(b, ORTMEM_OP_IMPORT, b->ops.import_fd(b->self, fd, size, handle));
 }
 
 bool om_backend_can_copy(const ortmem_backend *b)
@@ -507,165 +351,5 @@ ortmem_status om_backend_copy(ortmem_backend *b, uintptr_t dst, uintptr_t src, s
 {
     if (!b->ops.copy)
         return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no copy primitive", b->ops.name);
-    return om_counted(b, ORTMEM_OP_COPY, b->ops.copy(b->self, dst, src, size));
-}
-
-/* ---- streams and events ---- */
-
-bool om_backend_has_events(const ortmem_backend *b)
-{
-    return b->ops.event_record && b->ops.event_query && b->ops.event_destroy;
-}
-
-ortmem_status om_backend_copy_async(ortmem_backend *b, uintptr_t dst, uintptr_t src, size_t size,
-                                    uint64_t stream)
-{
-    if (!b->ops.copy_async)
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no async copy primitive",
-                      b->ops.name);
-    return om_counted(b, ORTMEM_OP_COPY_ASYNC, b->ops.copy_async(b->self, dst, src, size, stream));
-}
-
-ortmem_status om_backend_memset_async(ortmem_backend *b, uintptr_t dst, int value, size_t size,
-                                      uint64_t stream)
-{
-    if (!b->ops.memset_async)
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no async memset primitive",
-                      b->ops.name);
-    return om_counted(b, ORTMEM_OP_MEMSET_ASYNC,
-                      b->ops.memset_async(b->self, dst, value, size, stream));
-}
-
-ortmem_status om_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event)
-{
-    if (!om_backend_has_events(b))
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
-    uint64_t ev = 0;
-    ortmem_status st =
-        om_counted(b, ORTMEM_OP_EVENT_RECORD, b->ops.event_record(b->self, stream, &ev));
-    if (st != ORTMEM_OK)
-        return st;
-    pthread_mutex_lock(&b->events.lock);
-    bool tracked = om_hashset_insert(&b->events.live, ev);
-    pthread_mutex_unlock(&b->events.lock);
-    if (!tracked) {
-        (void)b->ops.event_destroy(b->self, ev);
-        return OM_ERR(ORTMEM_E_NOMEM,
-                      "backend '%s' event record: no memory to track one more live event",
-                      b->ops.name);
-    }
-    *event = ev;
-    return ORTMEM_OK;
-}
-
-ortmem_status om_backend_event_query(ortmem_backend *b, uint64_t event)
-{
-    if (!om_backend_has_events(b))
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
-    /* The lock stays held over the query so that a destroy racing with it
-     * cannot free the event under the driver's feet. */
-    pthread_mutex_lock(&b->events.lock);
-    if (!om_hashset_contains(&b->events.live, event)) {
-        pthread_mutex_unlock(&b->events.lock);
-        return OM_ERR(ORTMEM_E_NOT_FOUND,
-                      "backend '%s' event query: event 0x%llx is not live on this backend "
-                      "(never recorded here, or destroyed)",
-                      b->ops.name, (unsigned long long)event);
-    }
-    ortmem_status st = b->ops.event_query(b->self, event);
-    pthread_mutex_unlock(&b->events.lock);
-    if (st == ORTMEM_E_BUSY) {
-        /* Pending is an answer, not a failure. */
-        om_ledger_count(&b->ledger.calls[ORTMEM_OP_EVENT_QUERY], 1, b);
-        return OM_ERR(ORTMEM_E_BUSY, "backend '%s' event 0x%llx is pending", b->ops.name,
-                      (unsigned long long)event);
-    }
-    return om_counted(b, ORTMEM_OP_EVENT_QUERY, st);
-}
-
-ortmem_status om_backend_event_destroy(ortmem_backend *b, uint64_t event)
-{
-    if (!om_backend_has_events(b))
-        return OM_ERR(ORTMEM_E_UNSUPPORTED, "backend '%s' has no events", b->ops.name);
-    pthread_mutex_lock(&b->events.lock);
-    bool was_live = om_hashset_remove(&b->events.live, event);
-    pthread_mutex_unlock(&b->events.lock);
-    if (!was_live)
-        return OM_ERR(ORTMEM_E_NOT_FOUND,
-                      "backend '%s' event destroy: event 0x%llx is not live on this backend "
-                      "(never recorded here, or destroyed already)",
-                      b->ops.name, (unsigned long long)event);
-    ortmem_status st = om_counted(b, ORTMEM_OP_EVENT_DESTROY, b->ops.event_destroy(b->self, event));
-    if (st != ORTMEM_OK) {
-        /* Still live: the caller may try again, and destroy destroys it. */
-        pthread_mutex_lock(&b->events.lock);
-        bool tracked = om_hashset_insert(&b->events.live, event);
-        pthread_mutex_unlock(&b->events.lock);
-        if (!tracked)
-            return om_error_wrap(st, "(the event is no longer tracked: out of memory)");
-    }
-    return st;
-}
-
-ortmem_status ortmem_backend_copy_async(ortmem_backend *b, void *dst, const void *src, size_t len,
-                                        uint64_t stream)
-{
-    om_error_clear();
-    if (!dst || !src || !len)
-        return OM_ERR(ORTMEM_E_INVALID, "backend copy async: NULL address or zero length");
-    ortmem_status st = om_backend_pin(b, "backend copy async");
-    if (st != ORTMEM_OK)
-        return st;
-    st = om_backend_copy_async(b, (uintptr_t)dst, (uintptr_t)src, len, stream);
-    om_backend_unpin(b);
-    return st;
-}
-
-ortmem_status ortmem_backend_memset_async(ortmem_backend *b, void *dst, int value, size_t len,
-                                          uint64_t stream)
-{
-    om_error_clear();
-    if (!dst || !len)
-        return OM_ERR(ORTMEM_E_INVALID, "backend memset async: NULL address or zero length");
-    ortmem_status st = om_backend_pin(b, "backend memset async");
-    if (st != ORTMEM_OK)
-        return st;
-    st = om_backend_memset_async(b, (uintptr_t)dst, value, len, stream);
-    om_backend_unpin(b);
-    return st;
-}
-
-ortmem_status ortmem_backend_event_record(ortmem_backend *b, uint64_t stream, uint64_t *event)
-{
-    om_error_clear();
-    if (!event)
-        return OM_ERR(ORTMEM_E_INVALID, "backend event record: output is NULL");
-    ortmem_status st = om_backend_pin(b, "backend event record");
-    if (st != ORTMEM_OK)
-        return st;
-    st = om_backend_event_record(b, stream, event);
-    om_backend_unpin(b);
-    return st;
-}
-
-ortmem_status ortmem_backend_event_query(ortmem_backend *b, uint64_t event)
-{
-    om_error_clear();
-    ortmem_status st = om_backend_pin(b, "backend event query");
-    if (st != ORTMEM_OK)
-        return st;
-    st = om_backend_event_query(b, event);
-    om_backend_unpin(b);
-    return st;
-}
-
-ortmem_status ortmem_backend_event_destroy(ortmem_backend *b, uint64_t event)
-{
-    om_error_clear();
-    ortmem_status st = om_backend_pin(b, "backend event destroy");
-    if (st != ORTMEM_OK)
-        return st;
-    st = om_backend_event_destroy(b, event);
-    om_backend_unpin(b);
-    return st;
+    return om_backend_counted(b, ORTMEM_OP_COPY, b->ops.copy(b->self, dst, src, size));
 }

@@ -92,6 +92,8 @@ void om_backend_unuse(ortmem_backend *b);
 ortmem_status om_backend_user_count(ortmem_backend *b, const char *what, uint64_t *users);
 
 /* Counted vtable calls. */
+/* Counts one call of op and its failure; a failure is wrapped with the backend and op names. */
+ortmem_status om_backend_counted(ortmem_backend *b, ortmem_backend_op op, ortmem_status st);
 ortmem_status om_backend_reserve(ortmem_backend *b, size_t size, size_t align, uintptr_t *va);
 ortmem_status om_backend_unreserve(ortmem_backend *b, uintptr_t va, size_t size);
 ortmem_status om_backend_create_granule(ortmem_backend *b, size_t size, unsigned flags,
