@@ -15,6 +15,9 @@ static ortmem_arena *arena_on(ortmem_backend *backend, size_t capacity, size_t c
                               size_t min_align)
 {
     ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    /* These tests count backend calls per granule: the per-granule baseline.
+     * The extent policies have their own tests (arena_extents). */
+    opt.extents.growth = ORTMEM_EXTENT_GRANULE;
     opt.capacity = capacity;
     opt.cache_bytes = cache_bytes;
     opt.min_align = min_align;
@@ -940,9 +943,10 @@ static const script_op fault_script[] = {
 
 /* Runs the script; frees may not fail, allocs fail only with the injected
  * status and then change nothing. Leaves some allocations live. */
-static void run_fault_script(ortmem_backend *fb, uint64_t n)
+static void run_fault_script(ortmem_backend *fb, uint64_t n, ortmem_extent_growth growth)
 {
     ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    opt.extents.growth = growth;
     opt.capacity = 24 * G;
     opt.cache_bytes = G;
     ortmem_arena *a = NULL;
@@ -1001,23 +1005,25 @@ static void run_fault_script(ortmem_backend *fb, uint64_t n)
               (unsigned long long)n, ortmem_last_error());
 }
 
-Test(arena_fault, every_backend_call_can_fail_and_the_ledger_balances)
+/* Under the per-granule baseline and the default geometric extents (fewer,
+ * larger handles: fewer calls, each failure spanning more granules). */
+static void every_backend_call_can_fail(ortmem_extent_growth growth, uint64_t least_calls)
 {
     /* Count the workload's backend calls first. */
     fault_rig rig = rig_create(ORTMEM_OP_ANY, 0);
-    run_fault_script(rig.fault, 0);
+    run_fault_script(rig.fault, 0, growth);
     uint64_t total = 0, injected = 0;
     OK(ortmem_fault_backend_counts(rig.fault, &total, &injected));
     ortmem_vmm_stats v = stats_of(rig.fault);
     cr_assert_eq(v.owned_bytes, 0);
     cr_assert_eq(v.mapped_bytes, 0);
     rig_destroy(rig);
-    cr_assert_gt(total, 40, "the script exercises the backend (%llu calls)",
+    cr_assert_gt(total, least_calls, "the script exercises the backend (%llu calls)",
                  (unsigned long long)total);
     uint64_t quarantined_runs = 0;
     for (uint64_t n = 1; n <= total; n++) {
         rig = rig_create(ORTMEM_OP_ANY, n);
-        run_fault_script(rig.fault, n);
+        run_fault_script(rig.fault, n, growth);
         OK(ortmem_fault_backend_counts(rig.fault, NULL, &injected));
         cr_assert_eq(injected, 1, "N=%llu: the fault was injected", (unsigned long long)n);
         v = stats_of(rig.fault);
@@ -1033,4 +1039,14 @@ Test(arena_fault, every_backend_call_can_fail_and_the_ledger_balances)
         rig_destroy(rig);
     }
     cr_assert_gt(quarantined_runs, 0, "some runs failed a release and quarantined it");
+}
+
+Test(arena_fault, every_backend_call_can_fail_and_the_ledger_balances)
+{
+    every_backend_call_can_fail(ORTMEM_EXTENT_GRANULE, 40);
+}
+
+Test(arena_fault, every_backend_call_can_fail_under_geometric_extents)
+{
+    every_backend_call_can_fail(ORTMEM_EXTENT_GEOMETRIC, 30); /* 34 calls today */
 }

@@ -17,6 +17,9 @@ static ortmem_arena *arena_with(ortmem_backend *b, size_t capacity, size_t cache
                                 const ortmem_account *account)
 {
     ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    /* These tests count backend calls per granule: the per-granule baseline.
+     * The extent policies have their own tests (arena_extents). */
+    opt.extents.growth = ORTMEM_EXTENT_GRANULE;
     opt.capacity = capacity;
     opt.cache_bytes = cache_bytes;
     opt.account = account;
