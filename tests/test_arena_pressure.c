@@ -654,17 +654,22 @@ Test(arena_pressure, a_budget_refusal_drops_the_cached_extents_past_the_pool)
     void *p = alloc_ok(g.arena, 4 * G, G); /* extent [1, 5) */
     OK(ortmem_arena_free(g.arena, p));
     cr_assert_eq(arena_stats(g.arena).cached_bytes, 4 * G);
-    /* Granules 1..5: the cached 4 and one more, laid as a cap-sized extent
-     * (4 new + 5 owned > 6): refused; with the cache dropped, 4 + 1 fit. */
-    void *big = alloc_ok(g.arena, 5 * G, G);
+    /* Granules 8..10 (2 + 1 new) with 5 owned: refused; the cached extent
+     * goes, and the retry fits. Pooled, it would still count against the
+     * limit (the pool holder would be pressed) and sit in the pool. */
+    void *big = alloc_ok(g.arena, 3 * G, 8 * G);
+    cr_assert_eq((uint8_t *)big - (uint8_t *)keep, (ptrdiff_t)(8 * G));
     ortmem_arena_stats s = arena_stats(g.arena);
     cr_assert_eq(s.reclaimed_bytes, 4 * G);
     cr_assert_eq(s.failed_allocs, 0);
-    cr_assert_eq(s.committed_bytes, 6 * G);
+    cr_assert_eq(s.committed_bytes, 4 * G);
+    cr_assert_eq(s.extents_committed, 3);
     ortmem_vmm_stats v = stats_of(b);
     cr_assert_eq(v.pool_bytes, 0, "the dropped cache did not go to the pool");
-    cr_assert_eq(v.owned_bytes, 6 * G);
-    cr_assert_eq(report_of(g.authority).pressure_calls, 0, "no other holder was asked");
+    cr_assert_eq(v.owned_bytes, 4 * G);
+    ortmem_authority_report r = report_of(g.authority);
+    cr_assert_eq(r.refusals, 1, "the commit refused before the cache went");
+    cr_assert_eq(r.pressure_calls, 0, "no other holder (nor the pool) was asked");
     OK(ortmem_arena_free(g.arena, big));
     OK(ortmem_arena_free(g.arena, keep));
     assert_ledger_agrees(&g);
