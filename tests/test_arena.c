@@ -848,6 +848,35 @@ Test(arena_extents, a_bulk_allocation_commits_exactly_what_it_needs)
     OK(ortmem_arena_destroy(a, 0));
 }
 
+/* Below the committed top a hole is laid exactly; once the top extent goes,
+ * the tail is lower and grows again from the extent under it. */
+Test(arena_extents, a_hole_is_laid_exactly_and_the_tail_follows_the_committed_top)
+{
+    ortmem_arena *a = arena_ext(b, 64 * G, 0, ORTMEM_EXTENT_GEOMETRIC, 4); /* cache 0 */
+    void *p0 = alloc_ok(a, G, G);                                          /* extent [0, 1) */
+    void *p1 = alloc_ok(a, 2 * G, G);                                      /* extent [1, 3) */
+    void *p2 = alloc_ok(a, 4 * G, G);                                      /* extent [3, 7) */
+    OK(ortmem_arena_free(a, p1)); /* [1, 3) goes: a hole under [3, 7) */
+    void *q = alloc_ok(a, G, G);
+    cr_assert_eq(offset_in(a, q), G);
+    cr_assert_eq(arena_granule(a, G).extent_granules, 1, "a hole is laid exactly");
+    cr_assert_eq(arena_granule(a, 2 * G).state, ORTMEM_GRANULE_UNMAPPED);
+    OK(ortmem_arena_free(a, p2)); /* the top extent goes: granule 1 is the top now */
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.committed_bytes, 2 * G);
+    cr_assert_eq(s.extents_committed, 2);
+    void *r = alloc_ok(a, G, G);
+    cr_assert_eq(offset_in(a, r), 2 * G);
+    cr_assert_eq(arena_granule(a, 2 * G).extent_granules, 2, "the tail doubles [1, 2)");
+    cr_assert_eq(arena_granule(a, 3 * G).state, ORTMEM_GRANULE_MAPPED);
+    cr_assert_eq(arena_stats(a).committed_bytes, 4 * G);
+    OK(ortmem_arena_free(a, p0));
+    OK(ortmem_arena_free(a, q));
+    OK(ortmem_arena_free(a, r));
+    cr_assert_eq(arena_stats(a).committed_bytes, 0);
+    OK(ortmem_arena_destroy(a, 0));
+}
+
 Test(arena_extents, a_freed_allocation_inside_a_partly_live_extent_keeps_it_mapped)
 {
     ortmem_arena *a = arena_ext(b, 16 * G, 0, ORTMEM_EXTENT_GEOMETRIC, 4); /* cache 0 */

@@ -129,6 +129,10 @@ static void init_arena(ortmem_arena *a, ortmem_region *region, const om_account 
     a->granule_count = a->capacity / a->granule;
     a->min_align = opt->min_align;
     a->extents = opt->extents;
+    /* Checked before the region was created, against the same granule. */
+    uint64_t cap = 1;
+    (void)ortmem_extent_cap_granules(&opt->extents, a->granule, &cap);
+    a->cap_granules = cap < a->granule_count ? (size_t)cap : a->granule_count;
     /* Offsets stay multiples of the quantum; the base is granule-aligned, so
      * addresses are too, and padding is always a whole number of quanta. */
     a->quantum = opt->min_align < a->granule ? opt->min_align : a->granule;

@@ -21,6 +21,12 @@ void om_extent_decommitted(ortmem_arena *a, size_t first)
     e->ext_granules = 0;
     a->committed_count -= k;
     a->extent_count--;
+    if (first + k == a->committed_top) {
+        size_t top = first;
+        while (top > 0 && !a->granules[top - 1].committed)
+            top--;
+        a->committed_top = top;
+    }
 }
 
 /* A granule the region quarantined can never be mapped again: its bytes
@@ -83,6 +89,7 @@ static void mark_committed(ortmem_arena *a, const ortmem_range *ext, size_t coun
         a->granules[first].ext_live = 0; /* the allocation being placed takes it */
         a->committed_count += k;
         a->extent_count++;
+        a->committed_top = first + k > a->committed_top ? first + k : a->committed_top;
     }
     uint64_t committed = (uint64_t)a->committed_count * a->granule;
     a->committed_peak = committed > a->committed_peak ? committed : a->committed_peak;
@@ -94,24 +101,17 @@ static bool granule_free(const ortmem_arena *a, size_t i)
     return !a->granules[i].committed && a->granules[i].live == 0;
 }
 
-/* One past the highest committed granule (0: none). */
-static size_t committed_top(const ortmem_arena *a)
-{
-    size_t top = a->granule_count;
-    while (top > 0 && !a->granules[top - 1].committed)
-        top--;
-    return top;
-}
-
 /* Lays the uncommitted run [r0, r1]: at the tail (nothing committed above)
- * by the policy, growing from the extent below into the free granules above;
- * a hole exactly. Appends the extents to ext[*count ...]. */
-static ortmem_status lay_run(ortmem_arena *a, size_t r0, size_t r1, size_t top, uint64_t *sizes,
+ * by the policy, growing from the extent below into the free granules above
+ * (no extent is larger than the cap, so room past it does not matter); a
+ * hole exactly. Appends the extents to ext[*count ...]. */
+static ortmem_status lay_run(ortmem_arena *a, size_t r0, size_t r1, uint64_t *sizes,
                              size_t capacity, ortmem_range *ext, size_t *count)
 {
     uint64_t need = r1 - r0 + 1, room = need, below = 0;
-    if (r1 + 1 >= top) {
-        while (r0 + room < a->granule_count && granule_free(a, (size_t)(r0 + room)))
+    if (r1 + 1 >= a->committed_top) {
+        while (room < a->cap_granules && r0 + room < a->granule_count &&
+               granule_free(a, (size_t)(r0 + room)))
             room++;
         if (r0 > 0 && a->granules[r0 - 1].committed)
             below = a->granules[a->granules[r0 - 1].ext_first].ext_granules;
@@ -134,7 +134,6 @@ static ortmem_status lay_run(ortmem_arena *a, size_t r0, size_t r1, size_t top, 
 static ortmem_status plan_extents(ortmem_arena *a, size_t g_first, size_t g_last, ortmem_range *ext,
                                   uint64_t *sizes, size_t capacity, size_t *count)
 {
-    size_t top = committed_top(a);
     *count = 0;
     for (size_t i = g_first; i <= g_last;) {
         if (a->granules[i].committed) {
@@ -144,7 +143,7 @@ static ortmem_status plan_extents(ortmem_arena *a, size_t g_first, size_t g_last
         size_t r1 = i;
         while (r1 < g_last && !a->granules[r1 + 1].committed)
             r1++;
-        ortmem_status st = lay_run(a, i, r1, top, sizes, capacity, ext, count);
+        ortmem_status st = lay_run(a, i, r1, sizes, capacity, ext, count);
         if (st != ORTMEM_OK)
             return st;
         i = r1 + 1;

@@ -98,6 +98,8 @@ struct ortmem_arena {
     size_t cached_count;       /* granules of cached extents */
     size_t committed_count;    /* granules */
     size_t extent_count;       /* extents committed */
+    size_t committed_top;      /* one past the highest committed granule; 0: none */
+    size_t cap_granules;       /* the policy's largest extent, in granules */
     size_t quarantined_count;  /* granules the region quarantined, never handed out */
     om_account account;        /* told the allocated bytes as the requested content */
     size_t *scratch;           /* extent starts of one eviction pass */
@@ -130,6 +132,8 @@ static inline bool om_arena_ledger_consistent(const ortmem_arena *a)
     return a->cached_count <= a->committed_count && a->committed_count <= a->granule_count &&
            a->extent_count <= a->committed_count &&
            (a->extent_count > 0) == (a->committed_count > 0) &&
+           a->committed_top <= a->granule_count &&
+           (a->committed_top == 0 || a->granules[a->committed_top - 1].committed) &&
            a->quarantined_count <= a->granule_count && a->used_bytes <= a->capacity &&
            a->allocated_bytes <= a->used_bytes && a->live_allocations == a->used.count &&
            a->allocated_bytes <= a->allocated_peak &&
