@@ -789,6 +789,34 @@ Test(arena_extents, the_default_is_geometric_with_an_8_mib_cap)
     OK(ortmem_arena_destroy(a, 0));
 }
 
+/* Options zeroed but for what is set (struct_size included) hold a zeroed
+ * policy: one extent per granule, as a region's; a bad policy is refused
+ * before anything is reserved. */
+Test(arena_extents, a_zeroed_policy_is_per_granule_and_a_bad_one_is_refused)
+{
+    ortmem_arena_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
+    opt.capacity = 16 * G;
+    ortmem_arena *a = NULL;
+    OK(ortmem_arena_create(b, &opt, &a));
+    void *p = alloc_ok(a, G, G);
+    void *q = alloc_ok(a, G, G);
+    cr_assert_eq(arena_granule(a, G).extent_granules, 1);
+    cr_assert_eq(arena_stats(a).extents_committed, 2);
+    OK(ortmem_arena_free(a, p));
+    OK(ortmem_arena_free(a, q));
+    OK(ortmem_arena_destroy(a, 0));
+    ortmem_vmm_stats before = stats_of(b);
+    opt.extents = (ortmem_extent_policy){sizeof opt.extents, ORTMEM_EXTENT_GEOMETRIC, G / 2};
+    EXPECT_STATUS(ortmem_arena_create(b, &opt, &a), ORTMEM_E_INVALID);
+    cr_assert(strstr(ortmem_last_error(), "arena create: extents"), "%s", ortmem_last_error());
+    opt.extents.growth = (ortmem_extent_growth)7;
+    opt.extents.cap_bytes = 0;
+    EXPECT_STATUS(ortmem_arena_create(b, &opt, &a), ORTMEM_E_INVALID);
+    cr_assert_eq(stats_of(b).calls[ORTMEM_OP_RESERVE], before.calls[ORTMEM_OP_RESERVE]);
+}
+
 /* One G-sized allocation per granule, in address order: the tail grows by
  * extents of 1, 2, 4 granules, then the cap (4) again and again; one create,
  * one map per extent, none while the allocation lands in one laid already. */

@@ -687,7 +687,8 @@ typedef struct ortmem_arena_options {
      * the capacity), a hole below the tail exactly (powers of two <= cap).
      * Default GEOMETRIC with an 8 MiB cap, which bounds what is committed past
      * the allocations by one extent; ORTMEM_EXTENT_GRANULE = one handle per
-     * granule (the per-granule baseline). */
+     * granule (the per-granule baseline), as is a zeroed policy (struct_size
+     * 0, as for a region). */
     ortmem_extent_policy extents;
 } ortmem_arena_options;
 

@@ -82,6 +82,10 @@ static ortmem_status read_options(const ortmem_arena_options *options, ortmem_ar
     if (!om_is_pow2(opt->min_align))
         return OM_ERR(ORTMEM_E_ALIGN, "arena create: min_align %zu is not a power of two",
                       opt->min_align);
+    /* As a region's: a zeroed policy is one extent per granule. Options too
+     * short to hold one keep ORTMEM_ARENA_OPTIONS_INIT's. */
+    if (opt->extents.struct_size == 0)
+        opt->extents = (ortmem_extent_policy){sizeof opt->extents, ORTMEM_EXTENT_GRANULE, 0};
     return ORTMEM_OK;
 }
 
