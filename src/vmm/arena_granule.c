@@ -162,6 +162,8 @@ ortmem_status om_granules_commit(ortmem_arena *a, size_t g_first, size_t g_last,
         any = !a->granules[i].committed;
     if (!any)
         return ORTMEM_OK;
+    *c_first = g_first; /* until the extents are laid */
+    *c_last = g_last;
     ortmem_range *ext = om_calloc(n, sizeof *ext);
     uint64_t *sizes = ext ? om_calloc(n, sizeof *sizes) : NULL;
     if (!sizes) {
