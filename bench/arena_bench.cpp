@@ -175,8 +175,10 @@ void jemalloc_trace(benchmark::State &state)
 
 struct ArenaVariant {
     const char *name;
-    size_t pool_cap_bytes;    // granules the backend keeps after decommit
-    size_t arena_cache_bytes; // empty granules the arena keeps committed
+    size_t pool_cap_bytes;    // extents the backend keeps after decommit
+    size_t arena_cache_bytes; // empty extents the arena keeps committed
+    ortmem_extent_growth growth;
+    bool default_row; // reports the cache limit and the whole-run counters
 };
 
 constexpr size_t kArenaCapacity = 4096 * MiB; // VA only; room for fragmentation
@@ -195,6 +197,7 @@ void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
     ortmem_arena_options options = ORTMEM_ARENA_OPTIONS_INIT;
     options.capacity = kArenaCapacity;
     options.cache_bytes = variant.arena_cache_bytes;
+    options.extents.growth = variant.growth; // the cap stays the default's 8 MiB
     ortmem_arena *raw_arena = nullptr;
     if (!ok_or_skip(state, ortmem_arena_create(backend.get(), &options, &raw_arena),
                     "ortmem_arena_create"))
@@ -219,12 +222,21 @@ void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
         state.counters["cached_bytes_after"] = static_cast<double>(arena_stats.cached_bytes);
         state.counters["live_allocations_after"] =
             static_cast<double>(arena_stats.live_allocations);
-        // Only the default row: the older rows keep their counter sets.
-        if (variant.arena_cache_bytes == ORTMEM_ARENA_CACHE_DEFAULT)
+        // Only the default rows: the older rows keep their counter sets.
+        if (variant.default_row) {
             state.counters["cache_limit_bytes"] =
                 static_cast<double>(arena_stats.cache_limit_bytes);
+            state.counters["extents_committed_after"] =
+                static_cast<double>(arena_stats.extents_committed);
+        }
     }
     state.counters["owned_peak_bytes"] = static_cast<double>(calls_after.owned_peak_bytes);
+    if (variant.default_row) {
+        // The whole run, warm-up included: what growing to the peak cost.
+        state.counters["run_create_calls"] =
+            static_cast<double>(calls_after.calls[ORTMEM_OP_CREATE]);
+        state.counters["run_map_calls"] = static_cast<double>(calls_after.calls[ORTMEM_OP_MAP]);
+    }
 }
 
 } // namespace
@@ -234,12 +246,17 @@ void register_arena_benchmarks()
     const std::string scenario = "arena_mixed_trace/";
     // ortmem_arena is the uncached baseline (cache_bytes 0, said explicitly
     // now that the default caches); ortmem_arena_default is what
-    // ORTMEM_ARENA_OPTIONS_INIT gives: a cache up to min(capacity, 256 MiB).
+    // ORTMEM_ARENA_OPTIONS_INIT gives: a cache up to min(capacity, 256 MiB)
+    // and geometric extents up to 8 MiB; ortmem_arena_default_granule is the
+    // same with one handle per granule (the per-granule baseline). The older
+    // rows stay per granule, as they were measured.
     const ArenaVariant variants[] = {
-        {"ortmem_arena", 0, 0},
-        {"ortmem_arena_default", 0, ORTMEM_ARENA_CACHE_DEFAULT},
-        {"ortmem_arena_pooled", kGenerousCache, 0},
-        {"ortmem_arena_cached", 0, kGenerousCache},
+        {"ortmem_arena", 0, 0, ORTMEM_EXTENT_GRANULE, false},
+        {"ortmem_arena_default", 0, ORTMEM_ARENA_CACHE_DEFAULT, ORTMEM_EXTENT_GEOMETRIC, true},
+        {"ortmem_arena_default_granule", 0, ORTMEM_ARENA_CACHE_DEFAULT, ORTMEM_EXTENT_GRANULE,
+         true},
+        {"ortmem_arena_pooled", kGenerousCache, 0, ORTMEM_EXTENT_GRANULE, false},
+        {"ortmem_arena_cached", 0, kGenerousCache, ORTMEM_EXTENT_GRANULE, false},
     };
     for (const ArenaVariant &variant : variants) {
         benchmark::RegisterBenchmark((scenario + variant.name).c_str(), ortmem_arena_trace, variant)

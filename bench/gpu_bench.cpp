@@ -1023,8 +1023,10 @@ bool time_trace(benchmark::State &state, Allocator &allocator, AfterWarmUp &&aft
 }
 
 struct ArenaVariant {
-    size_t pool_cap_bytes;    // granules the backend keeps after decommit
-    size_t arena_cache_bytes; // empty granules the arena keeps committed
+    size_t pool_cap_bytes;    // extents the backend keeps after decommit
+    size_t arena_cache_bytes; // empty extents the arena keeps committed
+    ortmem_extent_growth growth;
+    bool default_row; // reports the cache limit and the whole-run counters
 };
 
 constexpr size_t kArenaCapacity = 4 * GiB; // VA only; room for fragmentation
@@ -1042,6 +1044,7 @@ void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
     ortmem_arena_options options = ORTMEM_ARENA_OPTIONS_INIT;
     options.capacity = kArenaCapacity;
     options.cache_bytes = variant.arena_cache_bytes;
+    options.extents.growth = variant.growth; // the cap stays the default's 8 MiB
     ortmem_arena *raw_arena = nullptr;
     if (!ok_or_skip(state, ortmem_arena_create(backend.get(), &options, &raw_arena),
                     "ortmem_arena_create"))
@@ -1059,13 +1062,23 @@ void ortmem_arena_trace(benchmark::State &state, ArenaVariant variant)
     if (ortmem_arena_stats_get(arena.get(), &arena_stats) == ORTMEM_OK) {
         state.counters["committed_peak_bytes"] =
             static_cast<double>(arena_stats.committed_peak_bytes);
-        // Only the default row: the older rows keep their counter sets.
-        if (variant.arena_cache_bytes == ORTMEM_ARENA_CACHE_DEFAULT)
+        // Only the default rows: the older rows keep their counter sets.
+        if (variant.default_row) {
             state.counters["cache_limit_bytes"] =
                 static_cast<double>(arena_stats.cache_limit_bytes);
+            state.counters["extents_committed_after"] =
+                static_cast<double>(arena_stats.extents_committed);
+        }
     }
-    // Reserved = physical memory held: granules mapped, cached or pooled.
+    // Reserved = physical memory held: granules mapped, cached or pooled. On
+    // the default row it must stay at or below baseline_torch_expandable's.
     state.counters["owned_peak_bytes"] = static_cast<double>(calls_after.owned_peak_bytes);
+    if (variant.default_row) {
+        // The whole run, warm-up included: the handles growing to the peak cost.
+        state.counters["run_create_calls"] =
+            static_cast<double>(calls_after.calls[ORTMEM_OP_CREATE]);
+        state.counters["run_map_calls"] = static_cast<double>(calls_after.calls[ORTMEM_OP_MAP]);
+    }
 }
 
 void cumemalloc_trace(benchmark::State &state)
@@ -1083,13 +1096,19 @@ void cumemalloc_trace(benchmark::State &state)
 void register_trace_benchmarks()
 {
     const std::string scenario = "gpu_arena_trace/";
+    // The older rows stay per granule, as they were measured.
     const std::pair<const char *, ArenaVariant> variants[] = {
-        {"ortmem_arena", {0, 0}}, // uncached baseline: cache_bytes 0, said explicitly
+        // uncached baseline: cache_bytes 0, said explicitly
+        {"ortmem_arena", {0, 0, ORTMEM_EXTENT_GRANULE, false}},
         // What ORTMEM_ARENA_OPTIONS_INIT gives: cache up to min(capacity, 256 MiB),
-        // the row to read against baseline_torch_expandable.
-        {"ortmem_arena_default", {0, ORTMEM_ARENA_CACHE_DEFAULT}},
-        {"ortmem_arena_pooled", {kGenerousCache, 0}},
-        {"ortmem_arena_cached", {0, kGenerousCache}},
+        // geometric extents up to 8 MiB; the row to read against
+        // baseline_torch_expandable.
+        {"ortmem_arena_default", {0, ORTMEM_ARENA_CACHE_DEFAULT, ORTMEM_EXTENT_GEOMETRIC, true}},
+        // The same with one handle per granule (the per-granule baseline).
+        {"ortmem_arena_default_granule",
+         {0, ORTMEM_ARENA_CACHE_DEFAULT, ORTMEM_EXTENT_GRANULE, true}},
+        {"ortmem_arena_pooled", {kGenerousCache, 0, ORTMEM_EXTENT_GRANULE, false}},
+        {"ortmem_arena_cached", {0, kGenerousCache, ORTMEM_EXTENT_GRANULE, false}},
     };
     for (const auto &[name, variant] : variants) {
         benchmark::RegisterBenchmark((scenario + name).c_str(), ortmem_arena_trace, variant)

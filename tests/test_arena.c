@@ -15,6 +15,9 @@ static ortmem_arena *arena_on(ortmem_backend *backend, size_t capacity, size_t c
                               size_t min_align)
 {
     ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    /* These tests count backend calls per granule: the per-granule baseline.
+     * The extent policies have their own tests (arena_extents). */
+    opt.extents.growth = ORTMEM_EXTENT_GRANULE;
     opt.capacity = capacity;
     opt.cache_bytes = cache_bytes;
     opt.min_align = min_align;
@@ -745,6 +748,334 @@ Test(arena, trace_records_allocs_and_frees)
     cr_assert_null(strstr(first + 1, "free p"), "a refused free is not traced:\n%s", text);
 }
 
+/* ---- extents: the default geometric policy and its cache ---- */
+
+TestSuite(arena_extents, .init = setup, .fini = teardown);
+
+/* An arena laying extents by growth with a cap of cap_granules. */
+static ortmem_arena *arena_ext(ortmem_backend *backend, size_t capacity, size_t cache_bytes,
+                               ortmem_extent_growth growth, size_t cap_granules)
+{
+    ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    opt.capacity = capacity;
+    opt.cache_bytes = cache_bytes;
+    opt.extents.growth = growth;
+    opt.extents.cap_bytes = cap_granules * G;
+    ortmem_arena *a = NULL;
+    OK(ortmem_arena_create(backend, &opt, &a));
+    return a;
+}
+
+static ortmem_granule_info arena_granule(ortmem_arena *a, size_t offset)
+{
+    return granule_info(ortmem_arena_region(a), offset);
+}
+
+Test(arena_extents, the_default_is_geometric_with_an_8_mib_cap)
+{
+    ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    cr_assert_eq(opt.extents.struct_size, sizeof(ortmem_extent_policy));
+    cr_assert_eq(opt.extents.growth, ORTMEM_EXTENT_GEOMETRIC);
+    cr_assert_eq(opt.extents.cap_bytes, (size_t)8 << 20);
+    opt.capacity = 64 * G;
+    ortmem_arena *a = NULL;
+    OK(ortmem_arena_create(b, &opt, &a));
+    void *p = alloc_ok(a, 100, 0);
+    void *q = alloc_ok(a, G, G); /* granule 1: twice the extent below it */
+    cr_assert_eq(arena_granule(a, G).extent_granules, 2);
+    cr_assert_eq(arena_stats(a).extents_committed, 2);
+    OK(ortmem_arena_free(a, p));
+    OK(ortmem_arena_free(a, q));
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+/* Options zeroed but for what is set (struct_size included) hold a zeroed
+ * policy: one extent per granule, as a region's; a bad policy is refused
+ * before anything is reserved. */
+Test(arena_extents, a_zeroed_policy_is_per_granule_and_a_bad_one_is_refused)
+{
+    ortmem_arena_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.struct_size = sizeof opt;
+    opt.capacity = 16 * G;
+    ortmem_arena *a = NULL;
+    OK(ortmem_arena_create(b, &opt, &a));
+    void *p = alloc_ok(a, G, G);
+    void *q = alloc_ok(a, G, G);
+    cr_assert_eq(arena_granule(a, G).extent_granules, 1);
+    cr_assert_eq(arena_stats(a).extents_committed, 2);
+    OK(ortmem_arena_free(a, p));
+    OK(ortmem_arena_free(a, q));
+    OK(ortmem_arena_destroy(a, 0));
+    ortmem_vmm_stats before = stats_of(b);
+    opt.extents = (ortmem_extent_policy){sizeof opt.extents, ORTMEM_EXTENT_GEOMETRIC, G / 2};
+    EXPECT_STATUS(ortmem_arena_create(b, &opt, &a), ORTMEM_E_INVALID);
+    cr_assert(strstr(ortmem_last_error(), "arena create: extents"), "%s", ortmem_last_error());
+    opt.extents.growth = (ortmem_extent_growth)7;
+    opt.extents.cap_bytes = 0;
+    EXPECT_STATUS(ortmem_arena_create(b, &opt, &a), ORTMEM_E_INVALID);
+    cr_assert_eq(stats_of(b).calls[ORTMEM_OP_RESERVE], before.calls[ORTMEM_OP_RESERVE]);
+}
+
+/* One G-sized allocation per granule, in address order: the tail grows by
+ * extents of 1, 2, 4 granules, then the cap (4) again and again; one create,
+ * one map per extent, none while the allocation lands in one laid already. */
+Test(arena_extents, growth_creates_follow_the_geometric_layout)
+{
+    ortmem_arena *a = arena_ext(b, 64 * G, 0, ORTMEM_EXTENT_GEOMETRIC, 4);
+    static const uint64_t creates_after[16] = {1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6};
+    static const size_t committed_after[16] = {1,  3,  3,  7,  7,  7,  7,  11,
+                                               11, 11, 11, 15, 15, 15, 15, 19};
+    uint64_t creates0 = stats_of(b).calls[ORTMEM_OP_CREATE];
+    void *p[16];
+    for (size_t i = 0; i < 16; i++) {
+        p[i] = alloc_ok(a, G, G);
+        cr_assert_eq(offset_in(a, p[i]), i * G);
+        ortmem_vmm_stats v = stats_of(b);
+        cr_assert_eq(v.calls[ORTMEM_OP_CREATE] - creates0, creates_after[i], "alloc %zu", i);
+        cr_assert_eq(v.calls[ORTMEM_OP_MAP], v.calls[ORTMEM_OP_CREATE], "one map per extent");
+        ortmem_arena_stats s = arena_stats(a);
+        cr_assert_eq(s.committed_bytes, committed_after[i] * G, "alloc %zu", i);
+        cr_assert_eq(s.extents_committed, creates_after[i]);
+        cr_assert_eq(v.mapped_extents, creates_after[i]);
+    }
+    /* The extents the region holds, as the layout laid them. */
+    static const size_t starts[6] = {0, 1, 3, 7, 11, 15}, sizes[6] = {1, 2, 4, 4, 4, 4};
+    for (size_t e = 0; e < 6; e++) {
+        for (size_t g = starts[e]; g < starts[e] + sizes[e]; g++) {
+            ortmem_granule_info info = arena_granule(a, g * G);
+            cr_assert_eq(info.state, ORTMEM_GRANULE_MAPPED);
+            cr_assert_eq(info.extent_offset, starts[e] * G, "granule %zu", g);
+            cr_assert_eq(info.extent_granules, sizes[e], "granule %zu", g);
+        }
+    }
+    cr_assert_eq(arena_granule(a, 19 * G).state, ORTMEM_GRANULE_UNMAPPED);
+    for (size_t i = 0; i < 16; i++)
+        OK(ortmem_arena_free(a, p[i]));
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+/* An allocation of known size is laid exactly (powers of two up to the cap),
+ * and the tail grows from the last of its extents. */
+Test(arena_extents, a_bulk_allocation_commits_exactly_what_it_needs)
+{
+    ortmem_arena *a = arena_ext(b, 64 * G, 0, ORTMEM_EXTENT_GEOMETRIC, 4);
+    void *bulk = alloc_ok(a, 7 * G, 0); /* 4 + 2 + 1 */
+    ortmem_vmm_stats v = stats_of(b);
+    cr_assert_eq(v.calls[ORTMEM_OP_CREATE], 3);
+    cr_assert_eq(arena_stats(a).committed_bytes, 7 * G, "nothing past the allocation");
+    cr_assert_eq(arena_granule(a, 0).extent_granules, 4);
+    cr_assert_eq(arena_granule(a, 4 * G).extent_granules, 2);
+    cr_assert_eq(arena_granule(a, 6 * G).extent_granules, 1);
+    void *next = alloc_ok(a, 100, 0); /* granule 7: twice the 1-granule extent below */
+    cr_assert_eq(offset_in(a, next), 7 * G);
+    cr_assert_eq(arena_granule(a, 7 * G).extent_granules, 2);
+    cr_assert_eq(arena_stats(a).committed_bytes, 9 * G);
+    OK(ortmem_arena_free(a, bulk));
+    OK(ortmem_arena_free(a, next));
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+/* Below the committed top a hole is laid exactly; once the top extent goes,
+ * the tail is lower and grows again from the extent under it. */
+Test(arena_extents, a_hole_is_laid_exactly_and_the_tail_follows_the_committed_top)
+{
+    ortmem_arena *a = arena_ext(b, 64 * G, 0, ORTMEM_EXTENT_GEOMETRIC, 4); /* cache 0 */
+    void *p0 = alloc_ok(a, G, G);                                          /* extent [0, 1) */
+    void *p1 = alloc_ok(a, 2 * G, G);                                      /* extent [1, 3) */
+    void *p2 = alloc_ok(a, 4 * G, G);                                      /* extent [3, 7) */
+    OK(ortmem_arena_free(a, p1)); /* [1, 3) goes: a hole under [3, 7) */
+    void *q = alloc_ok(a, G, G);
+    cr_assert_eq(offset_in(a, q), G);
+    cr_assert_eq(arena_granule(a, G).extent_granules, 1, "a hole is laid exactly");
+    cr_assert_eq(arena_granule(a, 2 * G).state, ORTMEM_GRANULE_UNMAPPED);
+    OK(ortmem_arena_free(a, p2)); /* the top extent goes: granule 1 is the top now */
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.committed_bytes, 2 * G);
+    cr_assert_eq(s.extents_committed, 2);
+    void *r = alloc_ok(a, G, G);
+    cr_assert_eq(offset_in(a, r), 2 * G);
+    cr_assert_eq(arena_granule(a, 2 * G).extent_granules, 2, "the tail doubles [1, 2)");
+    cr_assert_eq(arena_granule(a, 3 * G).state, ORTMEM_GRANULE_MAPPED);
+    cr_assert_eq(arena_stats(a).committed_bytes, 4 * G);
+    OK(ortmem_arena_free(a, p0));
+    OK(ortmem_arena_free(a, q));
+    OK(ortmem_arena_free(a, r));
+    cr_assert_eq(arena_stats(a).committed_bytes, 0);
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+Test(arena_extents, a_freed_allocation_inside_a_partly_live_extent_keeps_it_mapped)
+{
+    ortmem_arena *a = arena_ext(b, 16 * G, 0, ORTMEM_EXTENT_GEOMETRIC, 4); /* cache 0 */
+    void *p = alloc_ok(a, G, G);                                           /* extent [0, 1) */
+    void *q = alloc_ok(a, G, G);                                           /* extent [1, 3) */
+    void *r = alloc_ok(a, G, G);                                           /* granule 2 */
+    cr_assert_eq(offset_in(a, r), 2 * G);
+    ortmem_vmm_stats before = stats_of(b);
+    OK(ortmem_arena_free(a, q));
+    ortmem_vmm_stats after = stats_of(b);
+    cr_assert_eq(after.calls[ORTMEM_OP_UNMAP], before.calls[ORTMEM_OP_UNMAP]);
+    cr_assert_eq(arena_granule(a, G).state, ORTMEM_GRANULE_MAPPED, "r keeps the extent");
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.committed_bytes, 3 * G);
+    cr_assert_eq(s.cached_bytes, 0, "a partly live extent is not cached");
+    OK(ortmem_arena_free(a, r)); /* the extent is empty: with cache 0 it goes, whole */
+    after = stats_of(b);
+    cr_assert_eq(after.calls[ORTMEM_OP_UNMAP], before.calls[ORTMEM_OP_UNMAP] + 1);
+    cr_assert_eq(after.calls[ORTMEM_OP_RELEASE], before.calls[ORTMEM_OP_RELEASE] + 1);
+    cr_assert_eq(arena_granule(a, G).state, ORTMEM_GRANULE_UNMAPPED);
+    cr_assert_eq(arena_granule(a, 2 * G).state, ORTMEM_GRANULE_UNMAPPED);
+    s = arena_stats(a);
+    cr_assert_eq(s.committed_bytes, G);
+    cr_assert_eq(s.extents_committed, 1);
+    OK(ortmem_arena_free(a, p));
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+Test(arena_extents, an_empty_extent_is_cached_and_reused_without_backend_calls)
+{
+    ortmem_arena *a = arena_ext(b, 16 * G, 8 * G, ORTMEM_EXTENT_GEOMETRIC, 4);
+    void *p = alloc_ok(a, G, G);     /* extent [0, 1) */
+    void *q = alloc_ok(a, G / 2, G); /* extent [1, 3), half of granule 1 used */
+    OK(ortmem_arena_free(a, q));
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.cached_bytes, 2 * G, "the whole extent is cached");
+    cr_assert_eq(s.extents_committed, 2);
+    ortmem_vmm_stats before = stats_of(b);
+    void *big = alloc_ok(a, 2 * G, G); /* granules 1..2: the cached extent */
+    cr_assert_eq(offset_in(a, big), G);
+    ortmem_vmm_stats after = stats_of(b);
+    for (int op = 0; op < ORTMEM_OP_COUNT; op++)
+        cr_assert_eq(after.calls[op], before.calls[op], "op %d", op);
+    s = arena_stats(a);
+    cr_assert_eq(s.cached_bytes, 0, "the extent left the cache");
+    cr_assert_eq(s.committed_bytes, 3 * G);
+    OK(ortmem_arena_free(a, big));
+    OK(ortmem_arena_free(a, p));
+    cr_assert_eq(arena_stats(a).cached_bytes, 3 * G);
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+/* The watermark counts bytes; only whole extents go, oldest first. */
+Test(arena_extents, the_watermark_evicts_whole_extents_oldest_first)
+{
+    ortmem_arena *a = arena_ext(b, 16 * G, 4 * G, ORTMEM_EXTENT_GEOMETRIC, 4);
+    void *p0 = alloc_ok(a, G, G);     /* extent [0, 1) */
+    void *p1 = alloc_ok(a, 2 * G, G); /* extent [1, 3) */
+    void *p2 = alloc_ok(a, 4 * G, G); /* extent [3, 7) */
+    OK(ortmem_arena_free(a, p1));     /* cached: 2 granules */
+    OK(ortmem_arena_free(a, p0));     /* 3 */
+    cr_assert_eq(arena_stats(a).cached_bytes, 3 * G);
+    ortmem_vmm_stats before = stats_of(b);
+    OK(ortmem_arena_free(a, p2)); /* 7 > 4: [1, 3) then [0, 1) go, [3, 7) stays */
+    ortmem_vmm_stats after = stats_of(b);
+    cr_assert_eq(after.calls[ORTMEM_OP_UNMAP], before.calls[ORTMEM_OP_UNMAP] + 1,
+                 "[0, 3) is one contiguous run");
+    cr_assert_eq(after.calls[ORTMEM_OP_RELEASE], before.calls[ORTMEM_OP_RELEASE] + 2,
+                 "two extents, two handles");
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.cached_bytes, 4 * G);
+    cr_assert_eq(s.committed_bytes, 4 * G);
+    cr_assert_eq(s.extents_committed, 1);
+    cr_assert_eq(arena_granule(a, 0).state, ORTMEM_GRANULE_UNMAPPED);
+    cr_assert_eq(arena_granule(a, 3 * G).state, ORTMEM_GRANULE_MAPPED);
+    OK(ortmem_arena_destroy(a, 0));
+}
+
+/* Reclaim gives whole extents straight back to the backend: the pool does
+ * not grow though its cap would allow it, owned bytes fall. An ordinary
+ * overflow of the watermark may pool, as before. */
+Test(arena_extents, reclaim_releases_whole_extents_past_the_pool)
+{
+    OK(ortmem_pool_set_cap(b, 64 * G));
+    ortmem_arena *a = arena_ext(b, 32 * G, 16 * G, ORTMEM_EXTENT_GEOMETRIC, 4);
+    void *p0 = alloc_ok(a, G, G);     /* extent [0, 1) */
+    void *p1 = alloc_ok(a, 2 * G, G); /* extent [1, 3) */
+    void *p2 = alloc_ok(a, 4 * G, G); /* extent [3, 7) */
+    OK(ortmem_arena_free(a, p1));
+    OK(ortmem_arena_free(a, p0));
+    OK(ortmem_arena_free(a, p2));
+    ortmem_vmm_stats before = stats_of(b);
+    cr_assert_eq(before.pool_bytes, 0);
+    uint64_t got = 0;
+    OK(ortmem_arena_reclaim(a, 1, &got)); /* the oldest extent, whole */
+    cr_assert_eq(got, 2 * G);
+    ortmem_vmm_stats after = stats_of(b);
+    cr_assert_eq(after.pool_bytes, before.pool_bytes, "reclaimed bytes skip the pool");
+    cr_assert_eq(after.owned_bytes, before.owned_bytes - 2 * G);
+    cr_assert_eq(after.owned_extents, before.owned_extents - 1);
+    cr_assert_eq(arena_granule(a, G).state, ORTMEM_GRANULE_UNMAPPED);
+    cr_assert_eq(arena_granule(a, 0).state, ORTMEM_GRANULE_MAPPED, "only whole extents go");
+    OK(ortmem_arena_reclaim(a, 2 * G, &got)); /* [0, 1) then [3, 7): 5 granules */
+    cr_assert_eq(got, 5 * G);
+    after = stats_of(b);
+    cr_assert_eq(after.pool_bytes, 0);
+    cr_assert_eq(after.owned_bytes, 0);
+    ortmem_arena_stats s = arena_stats(a);
+    cr_assert_eq(s.reclaimed_bytes, 7 * G);
+    cr_assert_eq(s.committed_bytes, 0);
+    cr_assert_eq(s.extents_committed, 0);
+    /* A trim (as a watermark overflow) pools what it decommits. */
+    void *p = alloc_ok(a, G, G);
+    OK(ortmem_arena_free(a, p));
+    OK(ortmem_arena_trim(a, 0));
+    cr_assert_eq(stats_of(b).pool_bytes, G, "a trim pools as before");
+    OK(ortmem_arena_destroy(a, 0));
+    OK(ortmem_pool_set_cap(b, 0));
+}
+
+/* Every allocation's bytes lie in mapped extents, each a power of two of
+ * granules no larger than the cap, and the arena's counts agree with the
+ * backend's, through a random workload with a small cache. */
+Test(arena_extents, allocations_never_lie_outside_mapped_extents)
+{
+    ortmem_arena *a = arena_ext(b, 96 * G, 3 * G, ORTMEM_EXTENT_GEOMETRIC, 8);
+    ortmem_region *r = ortmem_arena_region(a);
+    live_alloc live[48];
+    memset(live, 0, sizeof live);
+    uint64_t rng = 0x5eed;
+    for (int step = 0; step < 3000; step++) {
+        live_alloc *l = &live[rng_next(&rng) % 48];
+        if (l->ptr) {
+            cr_assert(check_all(l->ptr, l->size, l->seed), "step %d: data corrupted", step);
+            OK(ortmem_arena_free(a, l->ptr));
+            l->ptr = NULL;
+        } else {
+            uint64_t pick = rng_next(&rng);
+            size_t size = pick % 4 == 0 ? 1 + (size_t)(pick >> 8) % (5 * G)
+                                        : 1 + (size_t)(pick >> 8) % (G / 3);
+            void *p = NULL;
+            ortmem_status st = ortmem_arena_alloc(a, size, 0, &p);
+            if (st == ORTMEM_E_NOMEM)
+                continue;
+            OK(st);
+            size_t off = offset_in(a, p);
+            for (size_t g = off / G; g <= (off + size - 1) / G; g++) {
+                ortmem_granule_info info = granule_info(r, g * G);
+                cr_assert_eq(info.state, ORTMEM_GRANULE_MAPPED, "step %d granule %zu", step, g);
+                cr_assert(info.extent_granules >= 1 && info.extent_granules <= 8 &&
+                              (info.extent_granules & (info.extent_granules - 1)) == 0,
+                          "step %d: extent of %u granules", step, info.extent_granules);
+                cr_assert(info.extent_offset <= g * G &&
+                          g * G < info.extent_offset + info.extent_granules * G);
+            }
+            *l = (live_alloc){p, size, (uint64_t)step};
+            fill_all(p, size, l->seed);
+        }
+        ortmem_arena_stats s = arena_stats(a);
+        ortmem_vmm_stats v = stats_of(b);
+        cr_assert_eq(s.committed_bytes, v.mapped_bytes, "step %d", step);
+        cr_assert_eq(s.extents_committed, v.mapped_extents, "step %d", step);
+        cr_assert_leq(s.cached_bytes, 3 * G, "step %d", step);
+    }
+    for (size_t i = 0; i < 48; i++) {
+        if (live[i].ptr)
+            OK(ortmem_arena_free(a, live[i].ptr));
+    }
+    OK(ortmem_arena_destroy(a, 0));
+}
+
 /* ---- fault injection: own backends per run ---- */
 
 TestSuite(arena_fault);
@@ -801,6 +1132,57 @@ Test(arena_fault, failed_commit_changes_nothing)
     OK(ortmem_arena_destroy(a, 0));
     cr_assert_eq(stats_of(rig.fault).owned_bytes, 0);
     rig_destroy(rig);
+}
+
+/* A bulk allocation past a 1-granule extent lays 4 + 2 + 1 granules; a
+ * failure in the middle of that commit (a create, a map) leaves the arena,
+ * the backend's ledger and the region exactly as they were, and the retry
+ * lays the same extents. */
+Test(arena_fault, a_failed_extent_commit_changes_nothing)
+{
+    static const struct {
+        ortmem_backend_op op;
+        uint64_t fail_at;
+    } cases[] = {{ORTMEM_OP_CREATE, 3}, {ORTMEM_OP_MAP, 4}, {ORTMEM_OP_SET_ACCESS, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fault_rig rig = rig_create(cases[c].op, cases[c].fail_at);
+        ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+        opt.capacity = 32 * G;
+        opt.extents.cap_bytes = 4 * G;
+        ortmem_arena *a = NULL;
+        OK(ortmem_arena_create(rig.fault, &opt, &a));
+        void *keep = alloc_ok(a, G / 2, 0); /* extent [0, 1) */
+        ortmem_arena_stats before = arena_stats(a);
+        ortmem_vmm_stats vbefore = stats_of(rig.fault);
+        void *p = NULL;
+        EXPECT_STATUS(ortmem_arena_alloc(a, 7 * G, G, &p), ORTMEM_E_BACKEND);
+        cr_assert_null(p);
+        ortmem_arena_stats after = arena_stats(a);
+        cr_assert_eq(after.failed_allocs, before.failed_allocs + 1, "case %zu", c);
+        after.failed_allocs = before.failed_allocs;
+        cr_assert(same_stats(&after, &before), "case %zu: stats exactly as before", c);
+        ortmem_vmm_stats v = stats_of(rig.fault);
+        cr_assert_eq(v.owned_bytes, vbefore.owned_bytes, "case %zu", c);
+        cr_assert_eq(v.mapped_bytes, vbefore.mapped_bytes, "case %zu", c);
+        cr_assert_eq(v.owned_extents, vbefore.owned_extents, "case %zu", c);
+        cr_assert_eq(v.mapped_extents, vbefore.mapped_extents, "case %zu", c);
+        cr_assert_eq(v.quarantined_bytes, 0, "case %zu", c);
+        for (size_t g = 1; g < 8; g++)
+            cr_assert_eq(granule_state(a, g * G), ORTMEM_GRANULE_UNMAPPED, "case %zu", c);
+        p = alloc_ok(a, 7 * G, G);
+        cr_assert_eq(offset_in(a, p), G);
+        cr_assert_eq(granule_info(ortmem_arena_region(a), G).extent_granules, 4);
+        cr_assert_eq(granule_info(ortmem_arena_region(a), 5 * G).extent_granules, 2);
+        cr_assert_eq(granule_info(ortmem_arena_region(a), 7 * G).extent_granules, 1);
+        cr_assert_eq(arena_stats(a).extents_committed, 4);
+        fill_all(p, 7 * G, c);
+        cr_assert(check_all(p, 7 * G, c));
+        OK(ortmem_arena_free(a, p));
+        OK(ortmem_arena_free(a, keep));
+        OK(ortmem_arena_destroy(a, 0));
+        cr_assert_eq(stats_of(rig.fault).owned_bytes, 0);
+        rig_destroy(rig);
+    }
 }
 
 /* The inner wrapper fails the second map, the outer one the rollback's unmap:
@@ -940,9 +1322,10 @@ static const script_op fault_script[] = {
 
 /* Runs the script; frees may not fail, allocs fail only with the injected
  * status and then change nothing. Leaves some allocations live. */
-static void run_fault_script(ortmem_backend *fb, uint64_t n)
+static void run_fault_script(ortmem_backend *fb, uint64_t n, ortmem_extent_growth growth)
 {
     ortmem_arena_options opt = ORTMEM_ARENA_OPTIONS_INIT;
+    opt.extents.growth = growth;
     opt.capacity = 24 * G;
     opt.cache_bytes = G;
     ortmem_arena *a = NULL;
@@ -1001,23 +1384,25 @@ static void run_fault_script(ortmem_backend *fb, uint64_t n)
               (unsigned long long)n, ortmem_last_error());
 }
 
-Test(arena_fault, every_backend_call_can_fail_and_the_ledger_balances)
+/* Under the per-granule baseline and the default geometric extents (fewer,
+ * larger handles: fewer calls, each failure spanning more granules). */
+static void every_backend_call_can_fail(ortmem_extent_growth growth, uint64_t least_calls)
 {
     /* Count the workload's backend calls first. */
     fault_rig rig = rig_create(ORTMEM_OP_ANY, 0);
-    run_fault_script(rig.fault, 0);
+    run_fault_script(rig.fault, 0, growth);
     uint64_t total = 0, injected = 0;
     OK(ortmem_fault_backend_counts(rig.fault, &total, &injected));
     ortmem_vmm_stats v = stats_of(rig.fault);
     cr_assert_eq(v.owned_bytes, 0);
     cr_assert_eq(v.mapped_bytes, 0);
     rig_destroy(rig);
-    cr_assert_gt(total, 40, "the script exercises the backend (%llu calls)",
+    cr_assert_gt(total, least_calls, "the script exercises the backend (%llu calls)",
                  (unsigned long long)total);
     uint64_t quarantined_runs = 0;
     for (uint64_t n = 1; n <= total; n++) {
         rig = rig_create(ORTMEM_OP_ANY, n);
-        run_fault_script(rig.fault, n);
+        run_fault_script(rig.fault, n, growth);
         OK(ortmem_fault_backend_counts(rig.fault, NULL, &injected));
         cr_assert_eq(injected, 1, "N=%llu: the fault was injected", (unsigned long long)n);
         v = stats_of(rig.fault);
@@ -1033,4 +1418,14 @@ Test(arena_fault, every_backend_call_can_fail_and_the_ledger_balances)
         rig_destroy(rig);
     }
     cr_assert_gt(quarantined_runs, 0, "some runs failed a release and quarantined it");
+}
+
+Test(arena_fault, every_backend_call_can_fail_and_the_ledger_balances)
+{
+    every_backend_call_can_fail(ORTMEM_EXTENT_GRANULE, 40);
+}
+
+Test(arena_fault, every_backend_call_can_fail_under_geometric_extents)
+{
+    every_backend_call_can_fail(ORTMEM_EXTENT_GEOMETRIC, 30); /* 34 calls today */
 }

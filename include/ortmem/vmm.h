@@ -657,12 +657,16 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
 /* ---- Arena ------------------------------------------------------------------
  * A malloc-like sub-allocator over one region. Block metadata lives outside
  * the managed memory (it may be device memory). Granules are committed when
- * the first allocation touches them. When the last one leaves, a granule stays
- * committed and cached for reuse up to the cache watermark; beyond it the
- * least recently emptied granules are decommitted. ortmem_arena_reclaim (or
- * ortmem_arena_pressure as a holder's pressure callback) gives the cached
- * granules back under pressure; an alloc refused for budget drops the cache
- * and tries once more, so it fails only where an uncached arena's would. */
+ * the first allocation touches them, in physical extents (one backend handle
+ * of 2^k granules, mapped and unmapped whole) laid by the arena's extent
+ * policy: the tail grows geometrically, holes below it are laid exactly. An
+ * extent is empty when no live allocation touches any of its granules; an
+ * empty extent stays committed and cached for reuse up to the cache
+ * watermark (counted in bytes); beyond it the least recently emptied extents
+ * are decommitted, whole. ortmem_arena_reclaim (or ortmem_arena_pressure as a
+ * holder's pressure callback) gives the cached extents back to the backend
+ * under pressure; an alloc refused for budget drops the cache the same way and
+ * tries once more, so it fails only where an uncached arena's would. */
 
 /* cache_bytes default: min(capacity, ORTMEM_ARENA_CACHE_DEFAULT_MAX), resolved at create. */
 #define ORTMEM_ARENA_CACHE_DEFAULT SIZE_MAX
@@ -671,18 +675,31 @@ ORTMEM_API ortmem_status ortmem_fd_recv(int socket_fd, int *fd);
 typedef struct ortmem_arena_options {
     size_t struct_size;
     size_t capacity;               /* bytes of VA to reserve; rounded up to the granule */
-    size_t cache_bytes;            /* empty granules kept committed (the watermark, rounded down
-                                      to the granule); ORTMEM_ARENA_CACHE_DEFAULT (the default)
-                                      = min(capacity, 256 MiB); 0 = decommit at once, which costs
-                                      a create and release per granule crossing without a pool
-                                      (docs/memory/MEASUREMENTS.md, arena) */
+    size_t cache_bytes;            /* bytes of empty extents kept committed (the watermark,
+                                      rounded down to the granule); ORTMEM_ARENA_CACHE_DEFAULT
+                                      (the default) = min(capacity, 256 MiB); 0 = decommit at
+                                      once, which costs a create and release per extent crossing
+                                      without a pool (docs/memory/MEASUREMENTS.md, arena) */
     size_t min_align;              /* smallest alignment handed out; 0 = 256 */
     const ortmem_account *account; /* copied; charged before every commit; NULL = none */
+    /* How commits lay extents: the run at the committed tail by the policy
+     * (below = the extent under it, room up to the next committed granule or
+     * the capacity), a hole below the tail exactly (powers of two <= cap).
+     * Default GEOMETRIC with an 8 MiB cap, which bounds what is committed past
+     * the allocations by one extent; ORTMEM_EXTENT_GRANULE = one handle per
+     * granule (the per-granule baseline), as is a zeroed policy (struct_size
+     * 0, as for a region). */
+    ortmem_extent_policy extents;
 } ortmem_arena_options;
+
+#define ORTMEM_ARENA_EXTENT_CAP_DEFAULT ((size_t)8 << 20) /* the default policy's cap */
 
 #define ORTMEM_ARENA_OPTIONS_INIT                                                                  \
     {                                                                                              \
-        sizeof(ortmem_arena_options), 0, ORTMEM_ARENA_CACHE_DEFAULT, 0, NULL                       \
+        sizeof(ortmem_arena_options), 0, ORTMEM_ARENA_CACHE_DEFAULT, 0, NULL,                      \
+        {                                                                                          \
+            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GEOMETRIC, ORTMEM_ARENA_EXTENT_CAP_DEFAULT \
+        }                                                                                          \
     }
 
 typedef struct ortmem_arena_stats {
@@ -690,9 +707,10 @@ typedef struct ortmem_arena_stats {
     uint64_t allocated_bytes; /* sum of live allocation sizes as requested */
     uint64_t allocated_peak_bytes;
     uint64_t live_allocations;
-    uint64_t committed_bytes; /* granules of the arena's region that are mapped */
+    uint64_t committed_bytes; /* granules of the arena's region that are mapped (an
+                                 extent's granules no allocation touches yet count) */
     uint64_t committed_peak_bytes;
-    uint64_t cached_bytes; /* empty granules kept committed */
+    uint64_t cached_bytes; /* granules of empty extents kept committed */
     uint64_t allocs;
     uint64_t frees;
     uint64_t failed_allocs;     /* refused allocs of any cause, bad input included */
@@ -701,6 +719,7 @@ typedef struct ortmem_arena_stats {
     uint64_t reclaimed_bytes;   /* cached bytes given back under pressure, in all: by
                                    ortmem_arena_reclaim, _pressure and allocs refused
                                    for budget */
+    uint64_t extents_committed; /* extents mapped now (backend handles the arena holds) */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,
@@ -716,20 +735,22 @@ ORTMEM_API ortmem_status ortmem_arena_alloc(ortmem_arena *arena, size_t size, si
  * ORTMEM_E_DOUBLE_FREE for one already freed. */
 ORTMEM_API ortmem_status ortmem_arena_free(ortmem_arena *arena, void *ptr);
 ORTMEM_API ortmem_status ortmem_arena_stats_get(ortmem_arena *arena, ortmem_arena_stats *stats);
-/* Decommits cached empty granules until at most keep_bytes stay cached. A
- * failed decommit stops the trim: granules decommitted before it stay
- * decommitted, the rest stay cached, and the status is returned. */
+/* Decommits cached empty extents, least recently emptied first, until at
+ * most keep_bytes stay cached (whole extents: it may leave fewer). Their
+ * handles may go to the backend's pool as any decommit's. A failed decommit
+ * stops the trim: extents decommitted before it stay decommitted, the rest
+ * stay cached, and the status is returned. */
 ORTMEM_API ortmem_status ortmem_arena_trim(ortmem_arena *arena, size_t keep_bytes);
-/* Decommits cached empty granules, least recently emptied first, until
+/* Decommits cached empty extents, least recently emptied first, until
  * want_bytes (rounded up to the granule) are decommitted or the cache is
- * empty; *reclaimed_bytes (may be NULL) gets the bytes decommitted. Live
- * allocations are never touched. The decommitted granules go to the backend's
- * pool when its cap allows, as every decommit does: owned bytes drop only with
- * a pool cap of 0 (the default). A run of granules whose decommit fails
- * counts nothing (one may be unmapped but quarantined, still owned): those
- * still mapped go back to the cache, first in line; the other runs are
- * reclaimed, and the first failure is returned with *reclaimed_bytes set to
- * what they gave back. */
+ * empty (whole extents: it may give back more); *reclaimed_bytes (may be
+ * NULL) gets the bytes decommitted. Live allocations are never touched. The
+ * extents go back to the backend (ORTMEM_DECOMMIT_NO_POOL), never to its
+ * pool, so owned bytes drop by what is reclaimed. A run of extents whose
+ * decommit fails counts nothing (one may be unmapped but quarantined, still
+ * owned): those still mapped go back to the cache, first in line; the other
+ * runs are reclaimed, and the first failure is returned with
+ * *reclaimed_bytes set to what they gave back. */
 ORTMEM_API ortmem_status ortmem_arena_reclaim(ortmem_arena *arena, uint64_t want_bytes,
                                               uint64_t *reclaimed_bytes);
 /* ortmem_arena_reclaim in the shape of ortmem_pressure_fn (governance.h): pass

@@ -12,15 +12,17 @@
  *   per free block (address order) and in a second map, so a repeated free is
  *   ORTMEM_E_DOUBLE_FREE rather than ORTMEM_E_NOT_FOUND; handing the memory
  *   out again drops them;
- * - per granule: how many live allocations touch it, whether it is committed,
- *   and its place in the LRU list of empty committed granules (the cache,
- *   kept under the watermark cache_granules; reclaim empties it on demand).
+ * - per granule: how many live allocations touch it and the extent it is
+ *   committed in; per extent (on its first granule): how many of its granules
+ *   are live and its place in the LRU list of empty committed extents (the
+ *   cache, kept under the watermark cache_granules; reclaim empties it on
+ *   demand, straight back to the backend).
  *
  * Alloc is transactional: room for the host bookkeeping is made and the granules are
- * committed (one region call for the run) before any index changes, so a
+ * committed (one region call for every extent laid) before any index changes, so a
  * failure leaves the arena exactly as it was (failed_allocs aside, which
  * counts every failed alloc on a live handle). Free always takes effect: a
- * failed decommit leaves the granule committed and counted as cached.
+ * failed decommit leaves the extent committed and counted as cached.
  * Lock order: arena, then region (the region never calls back). */
 #include <pthread.h>
 #include <stdbool.h>
@@ -80,7 +82,25 @@ static ortmem_status read_options(const ortmem_arena_options *options, ortmem_ar
     if (!om_is_pow2(opt->min_align))
         return OM_ERR(ORTMEM_E_ALIGN, "arena create: min_align %zu is not a power of two",
                       opt->min_align);
+    /* As a region's: a zeroed policy is one extent per granule. Options too
+     * short to hold one keep ORTMEM_ARENA_OPTIONS_INIT's. */
+    if (opt->extents.struct_size == 0)
+        opt->extents = (ortmem_extent_policy){sizeof opt->extents, ORTMEM_EXTENT_GRANULE, 0};
     return ORTMEM_OK;
+}
+
+/* The extent policy against the backend's granule; a backend that cannot
+ * say is refused by the region create that follows. */
+static ortmem_status check_extents(ortmem_backend *backend, const ortmem_extent_policy *policy)
+{
+    size_t granule = 0;
+    uint64_t cap = 0;
+    if (ortmem_backend_granule(backend, &granule) != ORTMEM_OK) {
+        om_error_clear();
+        return ORTMEM_OK;
+    }
+    ortmem_status st = ortmem_extent_cap_granules(policy, granule, &cap);
+    return st == ORTMEM_OK ? st : om_error_wrap(st, "arena create: extents");
 }
 
 /* The arena's region, its base aligned to the capacity (a power of two, at
@@ -112,6 +132,11 @@ static void init_arena(ortmem_arena *a, ortmem_region *region, const om_account 
     a->granule = ortmem_region_granule(region);
     a->granule_count = a->capacity / a->granule;
     a->min_align = opt->min_align;
+    a->extents = opt->extents;
+    /* Checked before the region was created, against the same granule. */
+    uint64_t cap = 1;
+    (void)ortmem_extent_cap_granules(&opt->extents, a->granule, &cap);
+    a->cap_granules = cap < a->granule_count ? (size_t)cap : a->granule_count;
     /* Offsets stay multiples of the quantum; the base is granule-aligned, so
      * addresses are too, and padding is always a whole number of quanta. */
     a->quantum = opt->min_align < a->granule ? opt->min_align : a->granule;
@@ -166,6 +191,11 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
     st = om_account_init(&account, opt.account, "arena create");
     if (st != ORTMEM_OK)
         return st;
+    st = check_extents(backend, &opt.extents);
+    if (st != ORTMEM_OK) {
+        om_account_drop(&account);
+        return st;
+    }
     ortmem_region *region = NULL;
     st = create_region(backend, &opt, &region);
     if (st != ORTMEM_OK) {
@@ -345,7 +375,7 @@ static ortmem_status alloc_locked(ortmem_arena *a, size_t size, size_t align, vo
     return st;
 }
 
-/* A commit refused for budget while empty granules are cached: the cache
+/* A commit refused for budget while empty extents are cached: the cache
  * goes (pressure never asks the requester's own holder) and the alloc is
  * tried once more, so it fails only where an uncached arena's would. */
 static ortmem_status alloc_without_cache(ortmem_arena *a, size_t size, size_t align, void **ptr,
@@ -354,7 +384,9 @@ static ortmem_status alloc_without_cache(ortmem_arena *a, size_t size, size_t al
     om_error_saved refused;
     om_error_save(&refused);
     size_t unmapped = 0;
-    (void)om_cache_evict(a, 0, &unmapped); /* what fails to go stays cached */
+    /* Back to the backend, not its pool, so the budget sees the bytes go;
+     * what fails to go stays cached. */
+    (void)om_cache_evict(a, 0, ORTMEM_DECOMMIT_NO_POOL, &unmapped);
     if (unmapped == 0)
         return om_error_restore(&refused, ORTMEM_E_BUDGET);
     a->reclaimed_bytes += (uint64_t)unmapped * a->granule;
@@ -455,7 +487,7 @@ static ortmem_status free_locked(ortmem_arena *a, void *ptr, char *warning, size
     if (st != ORTMEM_OK)
         return st;
     unplace(a, b, new_freed_record(a));
-    if (om_cache_evict(a, a->cache_granules, NULL) != ORTMEM_OK) {
+    if (om_cache_evict(a, a->cache_granules, 0, NULL) != ORTMEM_OK) {
         /* The block is free either way; the granules stay cached. */
         snprintf(warning, warning_len, "arena free of %p: %s", ptr, ortmem_last_error());
         om_error_clear();
@@ -506,6 +538,7 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
     s.quarantined_bytes = (uint64_t)a->quarantined_count * a->granule;
     s.cache_limit_bytes = (uint64_t)a->cache_granules * a->granule;
     s.reclaimed_bytes = a->reclaimed_bytes;
+    s.extents_committed = a->extent_count;
     unpin_arena(a);
     memcpy(stats, &s, stats->struct_size);
     return ORTMEM_OK;
@@ -517,7 +550,7 @@ ortmem_status ortmem_arena_trim(ortmem_arena *a, size_t keep_bytes)
     ortmem_status st = pin_arena(a, "arena trim");
     if (st != ORTMEM_OK)
         return st;
-    st = om_cache_evict(a, keep_bytes / a->granule, NULL);
+    st = om_cache_evict(a, keep_bytes / a->granule, 0, NULL);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "arena trim to %zu bytes", keep_bytes);
     assert(om_arena_ledger_consistent(a));
@@ -536,7 +569,7 @@ ortmem_status ortmem_arena_reclaim(ortmem_arena *a, uint64_t want_bytes, uint64_
     uint64_t want_granules = want_bytes / a->granule + (want_bytes % a->granule != 0);
     size_t keep = a->cached_count > want_granules ? a->cached_count - (size_t)want_granules : 0;
     size_t unmapped = 0;
-    st = om_cache_evict(a, keep, &unmapped);
+    st = om_cache_evict(a, keep, ORTMEM_DECOMMIT_NO_POOL, &unmapped);
     uint64_t got = (uint64_t)unmapped * a->granule;
     a->reclaimed_bytes += got;
     if (st != ORTMEM_OK)

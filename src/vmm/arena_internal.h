@@ -4,8 +4,8 @@
  * arena.c          create, destroy, alloc, free, stats, trim, reclaim
  * arena_tlsf.c     free-block index (TLSF) and block nodes: carve, coalesce
  * arena_map.c      the offset -> entry maps (used blocks, freed starts)
- * arena_granule.c  per-granule live counts, commit and fencing
- * arena_cache.c    the LRU of empty committed granules and its eviction
+ * arena_granule.c  per-granule live counts, extents: layout, commit, fencing
+ * arena_cache.c    the LRU of empty committed extents and its eviction
  *
  * Debug builds assert the invariants below; release builds (NDEBUG) compile
  * the checks out. */
@@ -20,6 +20,7 @@
 
 #include "core/handle.h"
 #include "vmm/account.h"
+#include "vmm/region.h"
 
 _Static_assert(SIZE_MAX <= UINT64_MAX, "size classes assume a 64-bit size_t at most");
 _Static_assert(sizeof(uintptr_t) >= sizeof(size_t), "offsets must fit in addresses");
@@ -55,11 +56,17 @@ typedef struct om_addr_map {
     size_t count;
 } om_addr_map;
 
+/* Granules are committed in extents (one backend handle each, mapped and
+ * unmapped whole); the extent's record lives on its first granule. */
 typedef struct om_granule {
-    size_t live; /* live allocations touching this granule */
-    size_t lru_prev, lru_next;
+    size_t live;      /* live allocations touching this granule */
+    size_t ext_first; /* committed: the first granule of its extent */
+    /* On an extent's first granule only: */
+    size_t ext_granules;       /* granules in the extent */
+    size_t ext_live;           /* its granules with live > 0; 0 = the extent is empty */
+    size_t lru_prev, lru_next; /* neighbours on the LRU list (extent starts) */
     bool committed;
-    bool cached; /* committed, live == 0, on the LRU list */
+    bool cached; /* first granule: the extent is committed, empty, on the LRU list */
 } om_granule;
 
 struct ortmem_arena {
@@ -72,8 +79,9 @@ struct ortmem_arena {
     size_t granule_count;
     size_t min_align;
     size_t quantum;        /* block sizes and offsets are multiples of it */
-    size_t cache_granules; /* the watermark: empty granules kept committed, at most */
-    bool destroying;       /* a destroy is retiring the handle */
+    size_t cache_granules; /* the watermark: granules of empty extents kept committed, at most */
+    ortmem_extent_policy extents; /* how commits lay extents (checked at create) */
+    bool destroying;              /* a destroy is retiring the handle */
     /* Free-block index. */
     uint64_t fl_bitmap;
     uint32_t sl_bitmap[OM_FL_COUNT];
@@ -86,12 +94,15 @@ struct ortmem_arena {
     size_t used_bytes; /* rounded sizes of used blocks */
     /* Granules. */
     om_granule *granules;
-    size_t lru_head, lru_tail; /* head: least recently emptied */
-    size_t cached_count;
-    size_t committed_count;
-    size_t quarantined_count; /* granules the region quarantined, never handed out */
-    om_account account;       /* told the allocated bytes as the requested content */
-    size_t *scratch;          /* granule indices of one eviction pass */
+    size_t lru_head, lru_tail; /* extent starts; head: least recently emptied */
+    size_t cached_count;       /* granules of cached extents */
+    size_t committed_count;    /* granules */
+    size_t extent_count;       /* extents committed */
+    size_t committed_top;      /* one past the highest committed granule; 0: none */
+    size_t cap_granules;       /* the policy's largest extent, in granules */
+    size_t quarantined_count;  /* granules the region quarantined, never handed out */
+    om_account account;        /* told the allocated bytes as the requested content */
+    size_t *scratch;           /* extent starts of one eviction pass */
     /* Stats. */
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
     uint64_t allocs, frees, failed_allocs;
@@ -114,11 +125,15 @@ static inline unsigned om_floor_log2(size_t v)
 }
 
 /* For assertions: the arena's counters agree with each other. Cached
- * granules are committed ones, every live allocation is in the used map, the
+ * granules are committed ones, every extent holds a granule at least, every live allocation is in the used map, the
  * caller's bytes fit in the rounded blocks, and no peak is below its value. */
 static inline bool om_arena_ledger_consistent(const ortmem_arena *a)
 {
     return a->cached_count <= a->committed_count && a->committed_count <= a->granule_count &&
+           a->extent_count <= a->committed_count &&
+           (a->extent_count > 0) == (a->committed_count > 0) &&
+           a->committed_top <= a->granule_count &&
+           (a->committed_top == 0 || a->granules[a->committed_top - 1].committed) &&
            a->quarantined_count <= a->granule_count && a->used_bytes <= a->capacity &&
            a->allocated_bytes <= a->used_bytes && a->live_allocations == a->used.count &&
            a->allocated_bytes <= a->allocated_peak &&
@@ -152,28 +167,42 @@ void om_block_coalesce(ortmem_arena *a, om_block *b);
 /* Frees every block node, spare or linked, with their freed starts. */
 void om_blocks_release(ortmem_arena *a);
 
-/* ---- arena_granule.c: live counts, commit, fencing ---- */
+/* ---- region_commit.c: the arena's commit ---- */
 
-/* Commits the uncommitted granules of [g_first, g_last]; *c_first and
- * *c_last get the hull committed (OM_NONE: all were committed already). A
- * refusal fences the granules the region quarantined (*fenced). */
+/* ortmem_region_commit_extents without relief: a refused hold is noted in
+ * relief for the arena, which drops its lock before relieving (as
+ * om_region_commit_for, src/vmm/region.h). */
+ortmem_status om_region_commit_extents_for(ortmem_region *r, const ortmem_range *extents,
+                                           size_t count, om_relief *relief);
+
+/* ---- arena_granule.c: live counts, extents, fencing ---- */
+
+/* Commits the uncommitted granules of [g_first, g_last] in extents: the run
+ * at the committed tail laid by the arena's policy (it may reach past
+ * g_last), a hole below the tail exactly. *c_first and *c_last get the
+ * granules the extents span (OM_NONE: all were committed already). A refusal
+ * changes nothing but fences the granules the region quarantined (*fenced). */
 ortmem_status om_granules_commit(ortmem_arena *a, size_t g_first, size_t g_last, om_relief *relief,
                                  bool *fenced, size_t *c_first, size_t *c_last);
 /* One more live allocation on each granule of [g_first, g_last]. */
 void om_granules_take(ortmem_arena *a, size_t g_first, size_t g_last);
-/* One less; a granule left empty and committed enters the cache. */
+/* One less; an extent left empty enters the cache. */
 void om_granules_put(ortmem_arena *a, size_t g_first, size_t g_last);
-void om_granule_decommitted(ortmem_arena *a, size_t i);
+/* The extent starting at granule first is no longer mapped. */
+void om_extent_decommitted(ortmem_arena *a, size_t first);
 /* Fences off a granule the region quarantined; false when it cannot. */
 bool om_granule_fence(ortmem_arena *a, size_t i);
 
-/* ---- arena_cache.c: the LRU of empty committed granules ---- */
+/* ---- arena_cache.c: the LRU of empty committed extents ---- */
 
-/* most_recent: at the tail (evicted last); else at the head (evicted next). */
-void om_cache_add(ortmem_arena *a, size_t i, bool most_recent);
-void om_cache_remove(ortmem_arena *a, size_t i);
-/* Decommits the least recently emptied granules until at most keep stay;
- * *unmapped (may be NULL) gets how many runs that succeeded decommitted. */
-ortmem_status om_cache_evict(ortmem_arena *a, size_t keep, size_t *unmapped);
+/* The extent starting at granule first; most_recent: at the tail (evicted
+ * last); else at the head (evicted next). */
+void om_cache_add(ortmem_arena *a, size_t first, bool most_recent);
+void om_cache_remove(ortmem_arena *a, size_t first);
+/* Decommits the least recently emptied extents, whole, until at most keep
+ * granules stay cached; flags are ORTMEM_DECOMMIT_* (NO_POOL: the handles go
+ * back to the backend). *unmapped (may be NULL) gets the granules that the
+ * runs that succeeded decommitted. */
+ortmem_status om_cache_evict(ortmem_arena *a, size_t keep, unsigned flags, size_t *unmapped);
 
 #endif

@@ -466,6 +466,15 @@ ortmem_status ortmem_region_commit_extents(ortmem_region *r, const ortmem_range 
     return commit_call_run(r, &c);
 }
 
+/* The arena's commit (declared in src/vmm/arena_internal.h): a refused hold is
+ * noted in relief, relieved by the caller once its own lock is dropped. */
+ortmem_status om_region_commit_extents_for(ortmem_region *r, const ortmem_range *extents,
+                                           size_t count, om_relief *relief)
+{
+    commit_call c = {COMMIT_EXTENTS, extents, NULL, count, NULL};
+    return commit_call_once(r, &c, relief);
+}
+
 ortmem_status ortmem_region_commit_grow(ortmem_region *r, const ortmem_commit_range *ranges,
                                         size_t count, const ortmem_extent_policy *policy)
 {
