@@ -1,0 +1,817 @@
+/* Backend-fault sweep over the extent paths and the pool: every scripted
+ * workload below runs once unarmed through a fault backend, counting the
+ * backend calls each step makes per operation. Then, for every operation
+ * (and ORTMEM_OP_ANY) and every index n up to its count, it runs twice more:
+ * with the nth call failed once, and with the nth and every later one failed
+ * (persistent). The failure must surface in the step the unarmed pass
+ * predicts, as a failed status with a detail, and the step's outcome is
+ * compared with the step before it (or, when it answered
+ * ORTMEM_E_QUARANTINED, with what the unarmed step did): every granule is as
+ * it was or quarantined, and the ledger is equal or differs by no more than
+ * what the ledger reports quarantined. After every step of every run the
+ * ledger is rebuilt from the granules: owned bytes are the distinct live
+ * extents plus the pool plus the quarantine, mapped bytes the mapped granules
+ * plus the stuck mappings, each extent's granules agree on it, and every byte
+ * written reads back. A failure that quarantined nothing is retried and the
+ * run goes on, each step then equal to the unarmed one; otherwise (and after
+ * a persistent failure) only the tear-down steps run. Once everything is
+ * destroyed nothing is owned but the quarantine. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "support.h"
+
+#define GR 32 /* granules per region */
+#define REGIONS 3
+#define MAX_STEPS 16
+#define MAX_RANGES 5
+#define MAX_IDS 256
+#define OPS (ORTMEM_OP_COUNT + 1) /* every operation, then ORTMEM_OP_ANY */
+
+static size_t G; /* the page size: small granules keep leaked quarantine small */
+
+/* ---- the scripts ---- */
+
+typedef enum step_kind {
+    S_CREATE,      /* region r, flags */
+    S_DESTROY,     /* region r (skipped when it is gone) */
+    S_POOL_CAP,    /* cap a granules */
+    S_COMMIT_EXT,  /* ranges in r */
+    S_COMMIT_GROW, /* ranges in r, each with a window end */
+    S_DECOMMIT,    /* ranges in r, flags */
+    S_SHARE,       /* r at off[0] <- r2 at off[1], len[0] granules */
+    S_COW,         /* r [off[0], +len[0]) */
+    S_EXPORT,      /* the extent of r at off[0] */
+    S_IMPORT,      /* the exported descriptor at r off[0] */
+    S_CLOSE,       /* closes the exported descriptor */
+    S_FILL,        /* count extents of a granules into the pool */
+    S_TRIM         /* trims the pool to a granules */
+} step_kind;
+
+typedef struct step {
+    step_kind kind;
+    int r, r2;
+    size_t count; /* ranges */
+    size_t off[MAX_RANGES], len[MAX_RANGES], win[MAX_RANGES];
+    size_t a;
+    unsigned flags;
+    ortmem_status expect; /* what the unarmed step answers */
+    int teardown;         /* runs even after a failure stopped the script */
+} step;
+
+typedef struct workload {
+    const char *name;
+    step steps[MAX_STEPS];
+} workload;
+
+/* ---- the model: an id per physical extent, the bytes it holds ---- */
+
+typedef struct env {
+    ortmem_backend *inner, *f;
+    ortmem_region *r[REGIONS];
+    uint32_t id[REGIONS][GR]; /* 0: unmapped */
+    uint32_t granules[MAX_IDS];
+    uint64_t seed[MAX_IDS]; /* 0: no bytes relied on */
+    uint32_t next_id;
+    uint32_t exported; /* id of the extent behind fd */
+    int fd;
+    int failed_destroy; /* a destroy left quarantined mappings behind */
+} env;
+
+/* What is compared around a call. */
+typedef struct view {
+    int alive[REGIONS];
+    ortmem_granule_info info[REGIONS][GR];
+    uint64_t epochs[REGIONS]; /* mapping epochs summed over the region */
+    ortmem_vmm_stats s;
+    ortmem_pool_stats p;
+} view;
+
+static void snap(const env *e, view *v)
+{
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < REGIONS; i++) {
+        v->alive[i] = e->r[i] != NULL;
+        for (size_t g = 0; e->r[i] && g < GR; g++)
+            v->info[i][g] = granule_info(e->r[i], g * G);
+        ortmem_range_state range;
+        memset(&range, 0, sizeof range);
+        range.struct_size = sizeof range;
+        if (e->r[i])
+            OK(ortmem_region_range_state(e->r[i], 0, GR * G, &range));
+        v->epochs[i] = range.epoch_sum;
+    }
+    v->s = stats_of(e->f);
+    v->p.struct_size = sizeof v->p;
+    OK(ortmem_pool_stats_get(e->f, &v->p));
+}
+
+static uint8_t *granule_va(const env *e, int i, size_t g)
+{
+    return (uint8_t *)ortmem_region_base(e->r[i]) + g * G;
+}
+
+static uint64_t granule_seed(uint64_t seed, size_t index)
+{
+    return seed * 1024 + index;
+}
+
+static void ranges_of(const step *s, ortmem_range *out)
+{
+    for (size_t i = 0; i < s->count; i++)
+        out[i] = (ortmem_range){s->off[i] * G, s->len[i] * G};
+}
+
+static ortmem_status run_step(env *e, const step *s)
+{
+    ortmem_range ranges[MAX_RANGES];
+    ranges_of(s, ranges);
+    ortmem_region *r = s->r >= 0 ? e->r[s->r] : NULL;
+    switch (s->kind) {
+    case S_CREATE: {
+        ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
+        opt.size = GR * G;
+        opt.flags = s->flags;
+        ortmem_status st = ortmem_region_create(e->f, &opt, &e->r[s->r]);
+        if (st != ORTMEM_OK)
+            e->r[s->r] = NULL;
+        return st;
+    }
+    case S_DESTROY: {
+        if (!r)
+            return ORTMEM_OK;
+        ortmem_status st = ortmem_region_destroy(r);
+        e->r[s->r] = NULL; /* gone either way */
+        e->failed_destroy |= st != ORTMEM_OK;
+        return st;
+    }
+    case S_POOL_CAP: return ortmem_pool_set_cap(e->f, s->a * G);
+    case S_COMMIT_EXT: return ortmem_region_commit_extents(r, ranges, s->count);
+    case S_COMMIT_GROW: {
+        ortmem_commit_range grow[MAX_RANGES];
+        for (size_t i = 0; i < s->count; i++)
+            grow[i] = (ortmem_commit_range){s->off[i] * G, s->len[i] * G, s->win[i] * G};
+        ortmem_extent_policy geo = {sizeof geo, ORTMEM_EXTENT_GEOMETRIC, 8 * G};
+        return ortmem_region_commit_grow(r, grow, s->count, &geo);
+    }
+    case S_DECOMMIT: return ortmem_region_decommit_ex(r, ranges, s->count, s->flags);
+    case S_SHARE:
+        return ortmem_region_share(r, s->off[0] * G, e->r[s->r2], s->off[1] * G, s->len[0] * G,
+                                   ORTMEM_ACCESS_READ);
+    case S_COW: return ortmem_region_cow(r, s->off[0] * G, s->len[0] * G);
+    case S_EXPORT: {
+        int fd = -1;
+        ortmem_status st = ortmem_region_export(r, s->off[0] * G, &fd);
+        if (st == ORTMEM_OK) {
+            e->fd = fd;
+            e->exported = e->id[s->r][s->off[0]];
+        }
+        return st;
+    }
+    case S_IMPORT: return ortmem_region_import(r, s->off[0] * G, e->fd, ORTMEM_ACCESS_READ);
+    case S_CLOSE:
+        if (e->fd >= 0)
+            close(e->fd);
+        e->fd = -1;
+        return ORTMEM_OK;
+    case S_FILL: return ortmem_pool_fill_extents(e->f, s->a * G, s->count);
+    case S_TRIM: {
+        size_t released = 0;
+        return ortmem_pool_trim(e->f, s->a * G, &released);
+    }
+    }
+    return ORTMEM_E_INVALID;
+}
+
+/* The id of a granule that shows a new extent after step s. */
+static uint32_t new_id(env *e, const step *s, ortmem_status st, int i, size_t g,
+                       const ortmem_granule_info *before, const ortmem_granule_info *now)
+{
+    if (s->kind == S_SHARE && s->r == i) /* mapped, or stuck quarantined by a rollback */
+        return e->id[s->r2][s->off[1] + (g - s->off[0])];
+    cr_assert_lt(e->next_id + 1, MAX_IDS, "model: more extents than ids");
+    uint32_t id = ++e->next_id;
+    e->granules[id] = now->extent_granules;
+    e->seed[id] = 0;
+    if (s->kind == S_COW && s->r == i && before->mappers >= 2 && now->mappers < 2)
+        e->seed[id] = e->seed[e->id[i][g]]; /* the private copy holds the shared bytes */
+    else if (s->kind == S_IMPORT && s->r == i)
+        e->seed[id] = e->seed[e->exported]; /* the exported extent's first granule */
+    else if (st == ORTMEM_OK && now->state == ORTMEM_GRANULE_MAPPED &&
+             now->access == ORTMEM_ACCESS_READ_WRITE) {
+        e->seed[id] = id;
+        for (uint32_t j = 0; j < now->extent_granules; j++)
+            fill_pattern(granule_va(e, i, g + j), G, granule_seed(id, j));
+    }
+    return id;
+}
+
+/* Follows the step in the model: which granules hold which extents. */
+static void sync_model(env *e, const step *s, ortmem_status st, const view *before, const view *now)
+{
+    for (int i = 0; i < REGIONS; i++) {
+        if (!now->alive[i]) {
+            memset(e->id[i], 0, sizeof e->id[i]);
+            continue;
+        }
+        uint32_t ids[GR] = {0};
+        for (size_t g = 0; g < GR; g++) {
+            const ortmem_granule_info *n = &now->info[i][g], *b = &before->info[i][g];
+            if (n->state == ORTMEM_GRANULE_UNMAPPED)
+                continue;
+            size_t first = n->extent_offset / G;
+            if (first != g) {
+                ids[g] = ids[first];
+                continue;
+            }
+            bool same = before->alive[i] && b->state != ORTMEM_GRANULE_UNMAPPED &&
+                        b->extent_offset == n->extent_offset &&
+                        b->extent_granules == n->extent_granules;
+            bool copied = s->kind == S_COW && s->r == i && b->mappers >= 2 && n->mappers < 2;
+            ids[g] = same && !copied ? e->id[i][g] : new_id(e, s, st, i, g, b, n);
+        }
+        memcpy(e->id[i], ids, sizeof ids);
+    }
+}
+
+/* ---- the ledger rebuilt from the granules ---- */
+
+static void verify(const env *e, const view *v, const char *ctx)
+{
+    const ortmem_vmm_stats *s = &v->s;
+    cr_assert_eq(s->owned_bytes, s->owned_granules * G, "%s: owned", ctx);
+    cr_assert_eq(s->mapped_bytes, s->mapped_granules * G, "%s: mapped", ctx);
+    cr_assert_eq(s->quarantined_bytes, s->quarantined_granules * G, "%s: quarantined", ctx);
+    uint64_t pool_bytes = 0, pool_extents = 0;
+    for (unsigned c = 0; c < ORTMEM_POOL_CLASSES_MAX; c++) {
+        pool_bytes += v->p.extents[c] * ((uint64_t)G << c);
+        pool_extents += v->p.extents[c];
+    }
+    cr_assert_eq(s->pool_bytes, pool_bytes, "%s: pool bytes %llu, classes hold %llu", ctx,
+                 (unsigned long long)s->pool_bytes, (unsigned long long)pool_bytes);
+
+    uint32_t seen[MAX_IDS] = {0}, mappers[MAX_IDS] = {0};
+    bool quarantined[MAX_IDS] = {0}, mapped[MAX_IDS] = {0};
+    uint64_t mapped_granules = 0, mapped_extents = 0;
+    for (int i = 0; i < REGIONS; i++) {
+        for (size_t g = 0; v->alive[i] && g < GR; g++) {
+            const ortmem_granule_info *n = &v->info[i][g];
+            uint32_t id = e->id[i][g];
+            if (n->state == ORTMEM_GRANULE_UNMAPPED) {
+                cr_assert(n->extent_granules == 0 && n->extent_offset == 0 && id == 0,
+                          "%s: region %d granule %zu unmapped but names an extent", ctx, i, g);
+                continue;
+            }
+            /* No overlap: the granule lies in its extent and every granule of
+             * the extent names the same one. */
+            uint32_t k = n->extent_granules;
+            size_t first = n->extent_offset / G;
+            cr_assert(k && (k & (k - 1)) == 0 && n->extent_offset % G == 0 && first <= g &&
+                          g < first + k && first + k <= GR,
+                      "%s: region %d granule %zu in extent [%zu, +%u granules)", ctx, i, g, first,
+                      k);
+            const ortmem_granule_info *f = &v->info[i][first];
+            cr_assert(f->state == n->state && f->extent_offset == n->extent_offset &&
+                          f->extent_granules == k && f->mappers == n->mappers &&
+                          f->access == n->access && e->id[i][first] == id && id,
+                      "%s: region %d granule %zu disagrees with its extent's first granule", ctx, i,
+                      g);
+            if (g == first) {
+                cr_assert_eq(e->granules[id], k, "%s: extent %u changed size", ctx, id);
+                cr_assert(!mappers[id] || mappers[id] == n->mappers,
+                          "%s: extent %u reports %u and %u mappers", ctx, id, mappers[id],
+                          n->mappers);
+                mappers[id] = n->mappers;
+                seen[id]++;
+            }
+            if (n->state == ORTMEM_GRANULE_QUARANTINED) {
+                quarantined[id] = true;
+                continue;
+            }
+            mapped[id] = true;
+            mapped_granules++;
+            mapped_extents += g == first;
+            if (n->access == ORTMEM_ACCESS_READ_WRITE) {
+                /* Writable as reported (a wrong protection faults here). */
+                volatile uint8_t *byte = granule_va(e, i, g);
+                *byte = *byte;
+            }
+            if (e->seed[id] && (n->access & ORTMEM_ACCESS_READ))
+                cr_assert(
+                    check_pattern(granule_va(e, i, g), G, granule_seed(e->seed[id], g - first)),
+                    "%s: region %d granule %zu lost its bytes", ctx, i, g);
+        }
+    }
+    uint64_t live_bytes = 0, live_extents = 0;
+    for (uint32_t id = 1; id <= e->next_id; id++) {
+        if (!seen[id])
+            continue;
+        cr_assert_geq(mappers[id], seen[id], "%s: extent %u has %u mappers in %u mappings", ctx, id,
+                      mappers[id], seen[id]);
+        if (mappers[id] > seen[id]) { /* a destroyed region's stuck mapping */
+            cr_assert(e->failed_destroy, "%s: extent %u has %u mappers in %u mappings", ctx, id,
+                      mappers[id], seen[id]);
+            quarantined[id] = true;
+        }
+        if (mapped[id] && !quarantined[id]) {
+            live_bytes += (uint64_t)e->granules[id] * G;
+            live_extents++;
+        }
+    }
+    cr_assert_eq(s->owned_bytes, live_bytes + s->pool_bytes + s->quarantined_bytes,
+                 "%s: owned %llu = live %llu + pool %llu + quarantined %llu", ctx,
+                 (unsigned long long)s->owned_bytes, (unsigned long long)live_bytes,
+                 (unsigned long long)s->pool_bytes, (unsigned long long)s->quarantined_bytes);
+    cr_assert_eq(s->owned_extents, live_extents + pool_extents + s->quarantined_extents,
+                 "%s: owned extents %llu = live %llu + pool %llu + quarantined %llu", ctx,
+                 (unsigned long long)s->owned_extents, (unsigned long long)live_extents,
+                 (unsigned long long)pool_extents, (unsigned long long)s->quarantined_extents);
+    cr_assert_eq(s->mapped_bytes, mapped_granules * G + s->quarantined_mapped_bytes,
+                 "%s: mapped %llu = %llu granules mapped + stuck %llu", ctx,
+                 (unsigned long long)s->mapped_bytes, (unsigned long long)mapped_granules,
+                 (unsigned long long)s->quarantined_mapped_bytes);
+    cr_assert(s->mapped_extents >= mapped_extents &&
+                  (s->mapped_extents - mapped_extents) * G <= s->quarantined_mapped_bytes,
+              "%s: mapped extents %llu for %llu mapped and %llu stuck bytes", ctx,
+              (unsigned long long)s->mapped_extents, (unsigned long long)mapped_extents,
+              (unsigned long long)s->quarantined_mapped_bytes);
+}
+
+/* ---- comparisons ---- */
+
+#define SAME(field)                                                                                \
+    cr_assert_eq(a->field, b->field, "%s: " #field " %llu, expected %llu", ctx,                    \
+                 (unsigned long long)b->field, (unsigned long long)a->field)
+
+/* leaked: the VA left reserved may have grown (a failed call reports it). */
+static void same_ledger(const view *ref, const view *now, bool leaked, const char *ctx)
+{
+    const ortmem_vmm_stats *a = &ref->s, *b = &now->s;
+    SAME(owned_bytes);
+    SAME(owned_granules);
+    SAME(owned_extents);
+    SAME(mapped_bytes);
+    SAME(mapped_granules);
+    SAME(mapped_extents);
+    SAME(quarantined_bytes);
+    SAME(quarantined_mapped_bytes);
+    SAME(quarantined_granules);
+    SAME(quarantined_extents);
+    SAME(pool_bytes);
+    SAME(pool_cap_bytes);
+    SAME(reserved_va_bytes);
+    if (!leaked)
+        SAME(leaked_va_bytes);
+    for (unsigned c = 0; c < ORTMEM_POOL_CLASSES_MAX; c++)
+        cr_assert_eq(ref->p.extents[c], now->p.extents[c], "%s: pool class %u holds %llu, not %llu",
+                     ctx, c, (unsigned long long)now->p.extents[c],
+                     (unsigned long long)ref->p.extents[c]);
+}
+
+/* Every granule as in ref, or (loose) quarantined now; returns how many
+ * granules were quarantined since ref. */
+static size_t same_granules(const view *ref, const view *now, bool loose, const char *ctx)
+{
+    size_t newly = 0;
+    for (int i = 0; i < REGIONS; i++) {
+        cr_assert_eq(ref->alive[i], now->alive[i], "%s: region %d alive", ctx, i);
+        /* A call that changed nothing leaves the mapping epochs alone. */
+        cr_assert(loose || ref->epochs[i] == now->epochs[i], "%s: region %d epochs %llu, not %llu",
+                  ctx, i, (unsigned long long)now->epochs[i], (unsigned long long)ref->epochs[i]);
+        for (size_t g = 0; now->alive[i] && g < GR; g++) {
+            const ortmem_granule_info *a = &ref->info[i][g], *b = &now->info[i][g];
+            if (loose && b->state == ORTMEM_GRANULE_QUARANTINED &&
+                a->state != ORTMEM_GRANULE_QUARANTINED) {
+                newly++;
+                continue;
+            }
+            cr_assert(a->state == b->state && a->access == b->access &&
+                          a->extent_offset == b->extent_offset &&
+                          a->extent_granules == b->extent_granules &&
+                          (loose || a->mappers == b->mappers),
+                      "%s: region %d granule %zu: state %d access %d extent [%zu, +%u) mappers "
+                      "%u, expected %d %d [%zu, +%u) %u",
+                      ctx, i, g, b->state, b->access, b->extent_offset / G, b->extent_granules,
+                      b->mappers, a->state, a->access, a->extent_offset / G, a->extent_granules,
+                      a->mappers);
+        }
+    }
+    return newly;
+}
+
+/* A failed call against ref (the state before it, or what the unarmed call
+ * did when it answered ORTMEM_E_QUARANTINED): equal, or differing only by
+ * what the ledger reports quarantined. */
+static void compare_failed(const view *ref, const view *now, const char *ctx)
+{
+    const ortmem_vmm_stats *a = &ref->s, *b = &now->s;
+    cr_assert_geq(b->quarantined_bytes, a->quarantined_bytes, "%s", ctx);
+    uint64_t dq = b->quarantined_bytes - a->quarantined_bytes;
+    size_t newly = same_granules(ref, now, dq > 0, ctx);
+    if (dq == 0) {
+        same_ledger(ref, now, true, ctx);
+        return;
+    }
+    uint64_t dq_extents = b->quarantined_extents - a->quarantined_extents;
+    cr_assert_geq(dq, newly * G, "%s: %zu granules quarantined, %llu bytes reported", ctx, newly,
+                  (unsigned long long)dq);
+    cr_assert(dq_extents >= 1 && dq_extents * G <= dq, "%s: %llu extents in %llu bytes", ctx,
+              (unsigned long long)dq_extents, (unsigned long long)dq);
+    cr_assert(b->owned_bytes >= a->owned_bytes && b->owned_bytes - a->owned_bytes <= dq,
+              "%s: owned %llu -> %llu with %llu quarantined", ctx,
+              (unsigned long long)a->owned_bytes, (unsigned long long)b->owned_bytes,
+              (unsigned long long)dq);
+    cr_assert(b->owned_extents >= a->owned_extents &&
+                  b->owned_extents - a->owned_extents <= dq_extents,
+              "%s: owned extents %llu -> %llu", ctx, (unsigned long long)a->owned_extents,
+              (unsigned long long)b->owned_extents);
+    cr_assert(b->pool_bytes <= a->pool_bytes && a->pool_bytes - b->pool_bytes <= dq,
+              "%s: pool %llu -> %llu", ctx, (unsigned long long)a->pool_bytes,
+              (unsigned long long)b->pool_bytes);
+    SAME(reserved_va_bytes);
+    SAME(pool_cap_bytes);
+}
+
+/* ---- runs ---- */
+
+typedef struct unarmed {
+    size_t steps;
+    uint64_t calls[MAX_STEPS][OPS]; /* per step and operation */
+    uint64_t total[OPS];
+    view after[MAX_STEPS];
+} unarmed;
+
+typedef struct arming {
+    ortmem_backend_op op; /* ORTMEM_OP_ANY for all */
+    uint64_t fail_at;     /* 0: unarmed */
+    int persistent;
+} arming;
+
+static size_t script_length(const workload *w)
+{
+    size_t n = 0;
+    while (n < MAX_STEPS && (w->steps[n].kind != S_CREATE || w->steps[n].r >= 0))
+        n++;
+    return n;
+}
+
+static void env_open(env *e)
+{
+    memset(e, 0, sizeof *e);
+    e->fd = -1;
+    e->inner = cpu_backend_with_granule(G);
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_create(e->inner, &fo, &e->f));
+}
+
+static uint64_t injected_of(const env *e)
+{
+    uint64_t injected = 0;
+    OK(ortmem_fault_backend_counts(e->f, NULL, &injected));
+    return injected;
+}
+
+/* Everything is gone: nothing owned but the quarantine. */
+static void env_close(env *e, const char *ctx)
+{
+    for (int i = 0; i < REGIONS; i++)
+        cr_assert_null(e->r[i], "%s: region %d left", ctx, i);
+    cr_assert_eq(e->fd, -1, "%s: descriptor left", ctx);
+    ortmem_vmm_stats s = stats_of(e->f);
+    cr_assert_eq(s.owned_bytes, s.quarantined_bytes, "%s: owned %llu, quarantined %llu", ctx,
+                 (unsigned long long)s.owned_bytes, (unsigned long long)s.quarantined_bytes);
+    cr_assert_eq(s.owned_extents, s.quarantined_extents, "%s", ctx);
+    cr_assert_eq(s.mapped_bytes, s.quarantined_mapped_bytes, "%s: mapped %llu, stuck %llu", ctx,
+                 (unsigned long long)s.mapped_bytes,
+                 (unsigned long long)s.quarantined_mapped_bytes);
+    cr_assert_eq(s.pool_bytes, 0, "%s", ctx);
+    cr_assert_eq(s.reserved_va_bytes, 0, "%s", ctx);
+    ortmem_fault_options off = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_arm(e->f, &off));
+    EXPECT_STATUS(ortmem_backend_destroy(e->f),
+                  s.quarantined_extents ? ORTMEM_E_QUARANTINED : ORTMEM_OK);
+    OK(ortmem_backend_destroy(e->inner));
+}
+
+static void unarmed_pass(const workload *w, unarmed *u)
+{
+    memset(u, 0, sizeof *u);
+    u->steps = script_length(w);
+    env e;
+    env_open(&e);
+    view before;
+    snap(&e, &before);
+    for (size_t k = 0; k < u->steps; k++) {
+        char ctx[128];
+        snprintf(ctx, sizeof ctx, "%s unarmed, step %zu", w->name, k);
+        ortmem_status st = run_step(&e, &w->steps[k]);
+        cr_assert_eq(st, w->steps[k].expect, "%s: %s: %s", ctx, ortmem_status_str(st),
+                     ortmem_last_error());
+        snap(&e, &u->after[k]);
+        sync_model(&e, &w->steps[k], st, &before, &u->after[k]);
+        verify(&e, &u->after[k], ctx);
+        for (int op = 0; op < ORTMEM_OP_COUNT; op++) {
+            u->calls[k][op] = u->after[k].s.calls[op] - before.s.calls[op];
+            u->calls[k][ORTMEM_OP_ANY] += u->calls[k][op];
+            u->total[op] += u->calls[k][op];
+        }
+        u->total[ORTMEM_OP_ANY] += u->calls[k][ORTMEM_OP_ANY];
+        before = u->after[k];
+    }
+    cr_assert_eq(injected_of(&e), 0);
+    env_close(&e, w->name);
+}
+
+/* The step whose calls of op hold the nth one. */
+static size_t predicted_step(const unarmed *u, ortmem_backend_op op, uint64_t n)
+{
+    uint64_t seen = 0;
+    for (size_t k = 0; k < u->steps; k++) {
+        seen += u->calls[k][op];
+        if (seen >= n)
+            return k;
+    }
+    cr_assert_fail("call %llu of %s is past the script", (unsigned long long)n,
+                   ortmem_backend_op_name(op));
+    return 0;
+}
+
+/* One armed run; returns the failures injected. */
+static uint64_t armed_run(const workload *w, const unarmed *u, arming arm)
+{
+    env e;
+    env_open(&e);
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = arm.op;
+    fo.fail_at = arm.fail_at;
+    fo.persistent = arm.persistent;
+    OK(ortmem_fault_backend_arm(e.f, &fo));
+    size_t predicted = predicted_step(u, arm.op, arm.fail_at);
+    bool failed = false, stopped = false;
+    static view before, now, again;
+    snap(&e, &before);
+    char ctx[192], detail[512];
+    for (size_t k = 0; k < u->steps; k++) {
+        const step *s = &w->steps[k];
+        if (stopped && !s->teardown)
+            continue;
+        snprintf(ctx, sizeof ctx, "%s, %s call %llu failed%s, step %zu", w->name,
+                 ortmem_backend_op_name(arm.op), (unsigned long long)arm.fail_at,
+                 arm.persistent ? " persistently" : " once", k);
+        uint64_t injected = injected_of(&e);
+        ortmem_status st = run_step(&e, s);
+        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        bool hit = injected_of(&e) != injected;
+        snap(&e, &now);
+        sync_model(&e, s, st, &before, &now);
+        verify(&e, &now, ctx);
+        if (stopped) {
+            /* Tear-down after a failure: what cannot be given back is quarantined. */
+            cr_assert(st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED, "%s: %s: %s", ctx,
+                      ortmem_status_str(st), detail);
+        } else if (!hit) {
+            cr_assert(failed || k != predicted, "%s: the predicted call did not fail", ctx);
+            cr_assert_eq(st, s->expect, "%s: %s: %s", ctx, ortmem_status_str(st), detail);
+            same_granules(&u->after[k], &now, false, ctx);
+            same_ledger(&u->after[k], &now, false, ctx);
+        } else {
+            cr_assert(!failed, "%s: a second failure after a one-shot fault", ctx);
+            cr_assert_eq(k, predicted, "%s: failed in step %zu, predicted %zu", ctx, k, predicted);
+            cr_assert_neq(st, ORTMEM_OK, "%s: the failure was not reported", ctx);
+            cr_assert(detail[0], "%s: %s without a detail", ctx, ortmem_status_str(st));
+            failed = true;
+            compare_failed(st == ORTMEM_E_QUARANTINED ? &u->after[k] : &before, &now, ctx);
+            stopped = arm.persistent || st == ORTMEM_E_QUARANTINED ||
+                      now.s.quarantined_bytes != before.s.quarantined_bytes ||
+                      now.s.leaked_va_bytes != before.s.leaked_va_bytes;
+            if (!stopped) {
+                /* Nothing was lost: the same call again does what it did unarmed. */
+                st = run_step(&e, s);
+                cr_assert_eq(st, s->expect, "%s: retried: %s: %s", ctx, ortmem_status_str(st),
+                             ortmem_last_error());
+                snap(&e, &again);
+                sync_model(&e, s, st, &now, &again);
+                verify(&e, &again, ctx);
+                same_granules(&u->after[k], &again, false, ctx);
+                same_ledger(&u->after[k], &again, false, ctx);
+                now = again;
+            }
+        }
+        before = now;
+    }
+    cr_assert(failed, "%s: the failure predicted in step %zu never came", w->name, predicted);
+    uint64_t injected = injected_of(&e);
+    cr_assert(arm.persistent ? injected >= 1 : injected == 1, "%s: %llu failures injected", ctx,
+              (unsigned long long)injected);
+    env_close(&e, ctx);
+    return injected;
+}
+
+static void sweep(const workload *w, uint64_t min_calls)
+{
+    G = (size_t)sysconf(_SC_PAGESIZE);
+    static unarmed u;
+    unarmed_pass(w, &u);
+    cr_assert_geq(u.total[ORTMEM_OP_ANY], min_calls, "%s makes %llu backend calls", w->name,
+                  (unsigned long long)u.total[ORTMEM_OP_ANY]);
+    uint64_t runs = 0, once = 0, persistent_runs = 0, predicted = 0;
+    for (int op = 0; op < OPS; op++) {
+        predicted += 2 * u.total[op];
+        for (uint64_t n = 1; n <= u.total[op]; n++) {
+            for (int persistent = 0; persistent < 2; persistent++) {
+                arming arm = {(ortmem_backend_op)op, n, persistent};
+                uint64_t injected = armed_run(w, &u, arm);
+                runs++;
+                if (persistent)
+                    persistent_runs += injected >= 1;
+                else
+                    once += injected;
+            }
+        }
+    }
+    /* Each operation's calls counted unarmed, each failed once and persistently. */
+    cr_assert_eq(runs, predicted, "%s: %llu runs for %llu predicted", w->name,
+                 (unsigned long long)runs, (unsigned long long)predicted);
+    cr_assert_eq(once, u.total[ORTMEM_OP_ANY] * 2, "%s: one failure per one-shot run", w->name);
+    cr_assert_eq(persistent_runs, u.total[ORTMEM_OP_ANY] * 2, "%s", w->name);
+    if (getenv("EXTENT_FAULTS_COUNTS"))
+        fprintf(stderr, "%s: %llu calls, %llu runs\n", w->name,
+                (unsigned long long)u.total[ORTMEM_OP_ANY], (unsigned long long)runs);
+}
+
+/* ---- the workloads ---- */
+
+#define CREATE(i, fl)                                                                              \
+    {                                                                                              \
+        .kind = S_CREATE, .r = (i), .flags = (fl)                                                  \
+    }
+#define DESTROY(i)                                                                                 \
+    {                                                                                              \
+        .kind = S_DESTROY, .r = (i), .teardown = 1                                                 \
+    }
+#define POOL_CAP(n, down)                                                                          \
+    {                                                                                              \
+        .kind = S_POOL_CAP, .r = -1, .a = (n), .teardown = (down)                                  \
+    }
+#define END                                                                                        \
+    {                                                                                              \
+        .kind = S_CREATE, .r = -1                                                                  \
+    }
+
+Test(extent_faults, commit_extents_of_mixed_sizes)
+{
+    static const workload w = {
+        "commit extents",
+        {CREATE(0, 0),
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 1, .off = {8}, .len = {2}},
+         /* 1, 2, 4 and 16 granules in one call, two runs */
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 2, 4, 16}, .len = {1, 2, 4, 16}},
+         /* the gaps, next to what is mapped */
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {1, 10, 12}, .len = {1, 2, 4}},
+         DESTROY(0),
+         END}};
+    sweep(&w, 20);
+}
+
+Test(extent_faults, commit_grow_with_growth_windows)
+{
+    static const workload w = {
+        "commit grow",
+        {CREATE(0, 0),
+         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {0}, .len = {1}, .win = {32}},
+         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {1}, .len = {2}, .win = {32}},
+         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {3}, .len = {3}, .win = {32}},
+         /* two growing ranges at once, one window clipped */
+         {.kind = S_COMMIT_GROW,
+          .r = 0,
+          .count = 2,
+          .off = {7, 20},
+          .len = {1, 3},
+          .win = {16, 24}},
+         DESTROY(0),
+         END}};
+    sweep(&w, 20);
+}
+
+Test(extent_faults, commit_then_decommit_plain_strict_and_no_pool)
+{
+    static const workload w = {
+        "decommit",
+        {POOL_CAP(16, 0),
+         CREATE(0, 0),
+         {.kind = S_COMMIT_EXT,
+          .r = 0,
+          .count = 5,
+          .off = {0, 4, 6, 8, 16},
+          .len = {4, 1, 2, 4, 2}},
+         /* two runs into the pool; [4, 8) holds them whole */
+         {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {4}, .len = {4}},
+         /* a cut extent: refused, no backend call */
+         {.kind = S_DECOMMIT,
+          .r = 0,
+          .count = 1,
+          .off = {0},
+          .len = {2},
+          .flags = ORTMEM_DECOMMIT_STRICT,
+          .expect = ORTMEM_E_RANGE},
+         {.kind = S_DECOMMIT,
+          .r = 0,
+          .count = 2,
+          .off = {0, 8},
+          .len = {4, 4},
+          .flags = ORTMEM_DECOMMIT_STRICT},
+         {.kind = S_DECOMMIT,
+          .r = 0,
+          .count = 1,
+          .off = {16},
+          .len = {2},
+          .flags = ORTMEM_DECOMMIT_NO_POOL},
+         /* served from three pool classes */
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {0, 4, 8}, .len = {4, 1, 2}},
+         /* two runs of three extents back to the backend */
+         {.kind = S_DECOMMIT,
+          .r = 0,
+          .count = 2,
+          .off = {0, 8},
+          .len = {5, 2},
+          .flags = ORTMEM_DECOMMIT_NO_POOL},
+         DESTROY(0),
+         POOL_CAP(0, 1),
+         END}};
+    sweep(&w, 30);
+}
+
+Test(extent_faults, share_whole_extents_then_cow)
+{
+    static const workload w = {
+        "share and cow",
+        {CREATE(0, 0),
+         CREATE(1, 0),
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {0, 4, 8}, .len = {4, 2, 1}},
+         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 0}, .len = {6}},
+         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {8, 8}, .len = {1}},
+         /* one granule asked: the whole 4-granule extent is copied */
+         {.kind = S_COW, .r = 1, .off = {1}, .len = {1}},
+         /* the other two, in two runs */
+         {.kind = S_COW, .r = 1, .off = {0}, .len = {10}},
+         /* a copy shared back */
+         {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {16, 0}, .len = {4}},
+         DESTROY(0),
+         DESTROY(1),
+         END}};
+    sweep(&w, 30);
+}
+
+Test(extent_faults, export_and_import_of_an_extent)
+{
+    static const workload w = {
+        "export and import",
+        {CREATE(0, ORTMEM_REGION_EXPORTABLE),
+         CREATE(1, 0),
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 4}, .len = {2, 1}},
+         {.kind = S_EXPORT, .r = 0, .off = {0}},
+         {.kind = S_IMPORT, .r = 1, .off = {3}},
+         {.kind = S_CLOSE, .r = -1, .teardown = 1},
+         DESTROY(1),
+         DESTROY(0),
+         END}};
+    sweep(&w, 15);
+}
+
+Test(extent_faults, pool_fill_take_and_trim)
+{
+    static const workload w = {
+        "pool",
+        {POOL_CAP(32, 0),
+         {.kind = S_FILL, .r = -1, .a = 4, .count = 2},
+         {.kind = S_FILL, .r = -1, .a = 1, .count = 3},
+         CREATE(0, 0),
+         /* two 4-granule extents and one granule from the pool, a 2 created */
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 4, 8, 12}, .len = {4, 1, 4, 2}},
+         {.kind = S_TRIM, .r = -1, .a = 0},
+         {.kind = S_DECOMMIT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
+         {.kind = S_TRIM, .r = -1, .a = 4},
+         /* one from the pool, one created */
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
+         DESTROY(0),
+         POOL_CAP(0, 1),
+         END}};
+    sweep(&w, 20);
+}
+
+Test(extent_faults, region_destroy_with_extents_mapped)
+{
+    static const workload w = {
+        "destroy",
+        {POOL_CAP(8, 0),
+         CREATE(0, 0),
+         CREATE(1, 0),
+         {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 4, 8, 12}, .len = {4, 1, 2, 4}},
+         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 0}, .len = {4}},
+         /* three runs, one extent shared, some pooled and some released */
+         DESTROY(0),
+         DESTROY(1),
+         POOL_CAP(0, 1),
+         END}};
+    sweep(&w, 20);
+}
