@@ -64,6 +64,63 @@ typedef struct workload {
     step steps[MAX_STEPS];
 } workload;
 
+/* ---- accounts that count what vmm charges them ---- */
+
+typedef struct tally {
+    int64_t owned, mapped, held_owned, held_mapped;
+} tally;
+
+static ortmem_status tally_hold(void *self, uint64_t owned, uint64_t mapped)
+{
+    tally *t = self;
+    t->held_owned += (int64_t)owned;
+    t->held_mapped += (int64_t)mapped;
+    return ORTMEM_OK;
+}
+
+static void tally_unhold(void *self, uint64_t owned, uint64_t mapped)
+{
+    tally *t = self;
+    t->held_owned -= (int64_t)owned;
+    t->held_mapped -= (int64_t)mapped;
+}
+
+static void tally_charge(void *self, uint64_t owned, uint64_t mapped)
+{
+    tally_unhold(self, owned, mapped);
+    tally *t = self;
+    t->owned += (int64_t)owned;
+    t->mapped += (int64_t)mapped;
+}
+
+static void tally_adopt(void *self, uint64_t owned, uint64_t mapped)
+{
+    tally *t = self;
+    t->owned += (int64_t)owned;
+    t->mapped += (int64_t)mapped;
+}
+
+static void tally_refund(void *self, uint64_t owned, uint64_t mapped)
+{
+    tally *t = self;
+    t->owned -= (int64_t)owned;
+    t->mapped -= (int64_t)mapped;
+}
+
+static ortmem_account tally_account(tally *t)
+{
+    ortmem_account a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    a.self = t;
+    a.hold = tally_hold;
+    a.unhold = tally_unhold;
+    a.charge = tally_charge;
+    a.adopt = tally_adopt;
+    a.refund = tally_refund;
+    return a;
+}
+
 /* ---- the model: an id per physical extent, the bytes it holds ---- */
 
 typedef struct env {
@@ -76,6 +133,9 @@ typedef struct env {
     uint32_t exported; /* id of the extent behind fd */
     int fd;
     int failed_destroy; /* a destroy left quarantined mappings behind */
+    /* Every region charges regions; the backend's pool and quarantine theirs. */
+    tally regions, pool, quarantine;
+    ortmem_account region_account;
 } env;
 
 /* What is compared around a call. */
@@ -132,6 +192,7 @@ static ortmem_status run_step(env *e, const step *s)
         ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;
         opt.size = GR * G;
         opt.flags = s->flags;
+        opt.account = &e->region_account;
         ortmem_status st = ortmem_region_create(e->f, &opt, &e->r[s->r]);
         if (st != ORTMEM_OK)
             e->r[s->r] = NULL;
@@ -330,6 +391,27 @@ static void verify(const env *e, const view *v, const char *ctx)
                  "%s: mapped %llu = %llu granules mapped + stuck %llu", ctx,
                  (unsigned long long)s->mapped_bytes, (unsigned long long)mapped_granules,
                  (unsigned long long)s->quarantined_mapped_bytes);
+    /* The accounts hold nothing between calls and are charged what the ledger counts. */
+    const tally *t[3] = {&e->regions, &e->pool, &e->quarantine};
+    for (int i = 0; i < 3; i++)
+        cr_assert(t[i]->held_owned == 0 && t[i]->held_mapped == 0,
+                  "%s: account %d still holds %lld owned, %lld mapped", ctx, i,
+                  (long long)t[i]->held_owned, (long long)t[i]->held_mapped);
+    cr_assert(e->regions.owned == (int64_t)live_bytes &&
+                  e->regions.mapped == (int64_t)(mapped_granules * G),
+              "%s: regions charged %lld owned, %lld mapped for %llu live, %llu mapped", ctx,
+              (long long)e->regions.owned, (long long)e->regions.mapped,
+              (unsigned long long)live_bytes, (unsigned long long)(mapped_granules * G));
+    cr_assert(e->pool.owned == (int64_t)s->pool_bytes && e->pool.mapped == 0,
+              "%s: pool charged %lld owned, %lld mapped for %llu pooled", ctx,
+              (long long)e->pool.owned, (long long)e->pool.mapped,
+              (unsigned long long)s->pool_bytes);
+    cr_assert(e->quarantine.owned == (int64_t)s->quarantined_bytes &&
+                  e->quarantine.mapped == (int64_t)s->quarantined_mapped_bytes,
+              "%s: quarantine charged %lld owned, %lld mapped for %llu and %llu", ctx,
+              (long long)e->quarantine.owned, (long long)e->quarantine.mapped,
+              (unsigned long long)s->quarantined_bytes,
+              (unsigned long long)s->quarantined_mapped_bytes);
     cr_assert(s->mapped_extents >= mapped_extents &&
                   (s->mapped_extents - mapped_extents) * G <= s->quarantined_mapped_bytes,
               "%s: mapped extents %llu for %llu mapped and %llu stuck bytes", ctx,
@@ -462,6 +544,9 @@ static void env_open(env *e)
     e->inner = cpu_backend_with_granule(G);
     ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
     OK(ortmem_fault_backend_create(e->inner, &fo, &e->f));
+    e->region_account = tally_account(&e->regions);
+    ortmem_account pool = tally_account(&e->pool), quarantine = tally_account(&e->quarantine);
+    OK(ortmem_backend_set_accounts(e->f, &pool, &quarantine));
 }
 
 static uint64_t injected_of(const env *e)
