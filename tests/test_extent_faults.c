@@ -33,9 +33,10 @@ static size_t G; /* the page size: small granules keep leaked quarantine small *
 /* ---- the scripts ---- */
 
 typedef enum step_kind {
-    S_CREATE,      /* region r, flags */
+    S_CREATE,      /* region r, flags, growth a */
     S_DESTROY,     /* region r (skipped when it is gone) */
     S_POOL_CAP,    /* cap a granules */
+    S_COMMIT,      /* ranges in r, laid by the region's policy */
     S_COMMIT_EXT,  /* ranges in r */
     S_COMMIT_GROW, /* ranges in r, each with a window end */
     S_DECOMMIT,    /* ranges in r, flags */
@@ -193,6 +194,7 @@ static ortmem_status run_step(env *e, const step *s)
         opt.size = GR * G;
         opt.flags = s->flags;
         opt.account = &e->region_account;
+        opt.extents.growth = (ortmem_extent_growth)s->a;
         ortmem_status st = ortmem_region_create(e->f, &opt, &e->r[s->r]);
         if (st != ORTMEM_OK)
             e->r[s->r] = NULL;
@@ -207,6 +209,7 @@ static ortmem_status run_step(env *e, const step *s)
         return st;
     }
     case S_POOL_CAP: return ortmem_pool_set_cap(e->f, s->a * G);
+    case S_COMMIT: return ortmem_region_commit_ranges(r, ranges, s->count);
     case S_COMMIT_EXT: return ortmem_region_commit_extents(r, ranges, s->count);
     case S_COMMIT_GROW: {
         ortmem_commit_range grow[MAX_RANGES];
@@ -621,6 +624,27 @@ static size_t predicted_step(const unarmed *u, ortmem_backend_op op, uint64_t n)
     return 0;
 }
 
+/* The detail of a failed call names the failure injected (the first one,
+ * for a one-shot fault) and says what it quarantined or left reserved. */
+static void check_detail(const step *s, arming arm, const char *detail, const view *before,
+                         const view *now, const char *ctx)
+{
+    char cause[64];
+    snprintf(cause, sizeof cause, "(counted call %llu)", (unsigned long long)arm.fail_at);
+    /* region destroy words its own outcome, the last failure's (src/vmm/region.c) */
+    if (s->kind == S_DESTROY && arm.persistent)
+        return;
+    if (s->kind != S_DESTROY)
+        cr_assert(strstr(detail, arm.persistent ? "fault injected" : cause),
+                  "%s: the detail does not name the fault: %s", ctx, detail);
+    if (now->s.quarantined_bytes != before->s.quarantined_bytes)
+        cr_assert(strstr(detail, "quarantined"),
+                  "%s: the detail does not say what it quarantined: %s", ctx, detail);
+    if (now->s.leaked_va_bytes != before->s.leaked_va_bytes)
+        cr_assert(strstr(detail, "reserved") || strstr(detail, "leaked"),
+                  "%s: the detail does not say what VA it left reserved: %s", ctx, detail);
+}
+
 /* One armed run; returns the failures injected. */
 static uint64_t armed_run(const workload *w, const unarmed *u, arming arm)
 {
@@ -665,6 +689,7 @@ static uint64_t armed_run(const workload *w, const unarmed *u, arming arm)
             cr_assert_neq(st, ORTMEM_OK, "%s: the failure was not reported", ctx);
             cr_assert(detail[0], "%s: %s without a detail", ctx, ortmem_status_str(st));
             failed = true;
+            check_detail(s, arm, detail, &before, &now, ctx);
             compare_failed(st == ORTMEM_E_QUARANTINED ? &u->after[k] : &before, &now, ctx);
             stopped = arm.persistent || st == ORTMEM_E_QUARANTINED ||
                       now.s.quarantined_bytes != before.s.quarantined_bytes ||
@@ -899,4 +924,95 @@ Test(extent_faults, region_destroy_with_extents_mapped)
          POOL_CAP(0, 1),
          END}};
     sweep(&w, 20);
+}
+
+Test(extent_faults, aliases_in_one_region_pool_and_region_policy)
+{
+    static const workload w = {
+        "aliases",
+        {POOL_CAP(16, 0),
+         {.kind = S_CREATE, .r = 0, .a = ORTMEM_EXTENT_EXACT},
+         CREATE(1, 0),
+         /* EXACT lays 4 + 2 + 1 */
+         {.kind = S_COMMIT, .r = 0, .count = 1, .off = {0}, .len = {7}},
+         /* an alias inside the region, and one elsewhere */
+         {.kind = S_SHARE, .r = 0, .r2 = 0, .off = {16, 0}, .len = {6}},
+         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 4}, .len = {2}},
+         {.kind = S_COW, .r = 0, .off = {16}, .len = {6}},
+         /* the 4 and the 1 go to the pool, the 2 lives on in region 1 */
+         {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {0}, .len = {8}},
+         /* growth served from the pool where the sizes match */
+         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {0}, .len = {3}, .win = {8}},
+         {.kind = S_COMMIT, .r = 0, .count = 2, .off = {8, 24}, .len = {5, 4}},
+         {.kind = S_DECOMMIT,
+          .r = 0,
+          .count = 2,
+          .off = {8, 16},
+          .len = {5, 16},
+          .flags = ORTMEM_DECOMMIT_NO_POOL},
+         DESTROY(1),
+         DESTROY(0),
+         POOL_CAP(0, 1),
+         END}};
+    sweep(&w, 40);
+}
+
+/* ---- rollbacks that fail too ---- */
+
+static void arm_any_from(ortmem_backend *f, uint64_t fail_at)
+{
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.fail_at = fail_at;
+    fo.persistent = 1;
+    OK(ortmem_fault_backend_arm(f, &fo));
+}
+
+static void detail_has(const char *want)
+{
+    cr_assert(strstr(ortmem_last_error(), want), "want '%s' in: %s", want, ortmem_last_error());
+}
+
+/* The failure reported is the first one, and the detail says what the
+ * rollback quarantined (a share, a decommit, a pool trim). */
+Test(extent_faults, a_failed_rollback_keeps_the_first_failure_and_names_the_quarantine)
+{
+    G = (size_t)sysconf(_SC_PAGESIZE);
+    ortmem_backend *inner = cpu_backend_with_granule(G), *f = NULL;
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_create(inner, &fo, &f));
+    OK(ortmem_pool_set_cap(f, 8 * G));
+    ortmem_region *a = region_on(f, 16 * G, 0), *c = region_on(f, 16 * G, 0);
+    ortmem_range ext[3] = {{0, 4 * G}, {4 * G, 2 * G}, {8 * G, G}};
+    OK(ortmem_region_commit_extents(a, ext, 3));
+
+    /* Share: the second map fails, then the rollback's unmap of the first. */
+    arm_any_from(f, 2);
+    EXPECT_STATUS(ortmem_region_share(c, 0, a, 0, 6 * G, ORTMEM_ACCESS_READ), ORTMEM_E_BACKEND);
+    detail_has("fault injected into map (counted call 2,");
+    detail_has("4 granules quarantined: the rollback could not unmap them");
+    cr_assert_eq(granule_info(c, 0).state, ORTMEM_GRANULE_QUARANTINED);
+
+    /* Decommit of two runs: the second unmap fails, then mapping the first back. */
+    OK(ortmem_fault_backend_arm(f, &fo));
+    arm_any_from(f, 2);
+    ortmem_range runs[2] = {{4 * G, 2 * G}, {8 * G, G}};
+    EXPECT_STATUS(ortmem_region_decommit_ex(a, runs, 2, 0), ORTMEM_E_BACKEND);
+    detail_has("region decommit of 2 ranges: failed: 2 granules quarantined: they could not be "
+               "mapped back: ");
+    detail_has("fault injected into unmap (counted call 2,");
+    cr_assert(!strstr(ortmem_last_error(), "nothing changed"), "%s", ortmem_last_error());
+
+    /* Two pooled extents whose releases both fail: the first is reported. */
+    OK(ortmem_fault_backend_arm(f, &fo));
+    OK(ortmem_pool_fill_extents(f, G, 2));
+    arm_any_from(f, 1);
+    EXPECT_STATUS(ortmem_pool_trim(f, 0, NULL), ORTMEM_E_QUARANTINED);
+    detail_has("pool: 2 extents quarantined after failed releases, the first: ");
+    detail_has("fault injected into release (counted call 1,");
+
+    OK(ortmem_fault_backend_arm(f, &fo));
+    EXPECT_STATUS(ortmem_region_destroy(c), ORTMEM_E_QUARANTINED);
+    EXPECT_STATUS(ortmem_region_destroy(a), ORTMEM_E_QUARANTINED);
+    EXPECT_STATUS(ortmem_backend_destroy(f), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(inner));
 }

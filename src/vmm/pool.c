@@ -129,7 +129,8 @@ bool om_pool_put_locked(ortmem_backend *b, om_phys *p)
 static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *released)
 {
     ortmem_status result = ORTMEM_OK;
-    size_t freed = 0;
+    om_error_saved first; /* the first failed release is the one reported */
+    size_t freed = 0, stuck = 0;
     for (;;) {
         pthread_mutex_lock(&b->lock);
         om_phys *p = b->pool.bytes > keep ? pool_take_oldest_locked(b) : NULL;
@@ -139,11 +140,18 @@ static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *rele
         size_t size = p->size;
         /* Release outside the lock: a backend call may be slow. */
         ortmem_status st = om_phys_release(b, p);
-        if (st == ORTMEM_OK)
+        if (st == ORTMEM_OK) {
             freed += size;
-        else
+        } else {
+            if (!stuck++)
+                om_error_save(&first);
             result = st;
+        }
     }
+    if (stuck > 1)
+        result =
+            om_error_wrap(om_error_restore(&first, result),
+                          "pool: %zu extents quarantined after failed releases, the first", stuck);
     if (released)
         *released = freed;
     return result;
@@ -232,10 +240,12 @@ ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
         }
     }
     if (st != ORTMEM_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
-        (void)om_pool_shrink(b, held_before, NULL);
-        st = OM_ERR(st, "%s", detail);
+        om_error_saved first;
+        om_error_save(&first);
+        bool stuck = om_pool_shrink(b, held_before, NULL) != ORTMEM_OK;
+        st = om_error_restore(&first, st);
+        if (stuck) /* the rollback could not release every granule it added */
+            st = om_error_wrap(st, "pool fill: granules quarantined in the rollback");
     }
     om_backend_unpin(b);
     return st;
@@ -287,16 +297,20 @@ ortmem_status ortmem_pool_fill_extents(ortmem_backend *b, size_t extent_bytes, s
     }
     if (st != ORTMEM_OK && added) {
         /* All or nothing: the extents this call added go again. */
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_error_saved first;
+        om_error_save(&first);
+        size_t stuck = 0;
         for (size_t i = made; i-- > 0;) {
             pthread_mutex_lock(&b->lock);
             bool mine = pool_remove_locked(b, added[i]);
             pthread_mutex_unlock(&b->lock);
             if (mine) /* not taken by a commit meanwhile */
-                (void)om_phys_release(b, added[i]);
+                stuck += om_phys_release(b, added[i]) != ORTMEM_OK;
         }
-        st = OM_ERR(st, "%s", detail);
+        st = om_error_restore(&first, st);
+        if (stuck)
+            st = om_error_wrap(st, "pool fill extents: %zu extent%s quarantined in the rollback",
+                               stuck, stuck == 1 ? "" : "s");
     }
     om_free(added);
     om_backend_unpin(b);
