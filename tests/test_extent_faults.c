@@ -744,9 +744,6 @@ static void sweep(const workload *w, uint64_t min_calls)
                  (unsigned long long)runs, (unsigned long long)predicted);
     cr_assert_eq(once, u.total[ORTMEM_OP_ANY] * 2, "%s: one failure per one-shot run", w->name);
     cr_assert_eq(persistent_runs, u.total[ORTMEM_OP_ANY] * 2, "%s", w->name);
-    if (getenv("EXTENT_FAULTS_COUNTS"))
-        fprintf(stderr, "%s: %llu calls, %llu runs\n", w->name,
-                (unsigned long long)u.total[ORTMEM_OP_ANY], (unsigned long long)runs);
 }
 
 /* ---- the workloads ---- */
@@ -881,6 +878,11 @@ Test(extent_faults, export_and_import_of_an_extent)
          {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 4}, .len = {2, 1}},
          {.kind = S_EXPORT, .r = 0, .off = {0}},
          {.kind = S_IMPORT, .r = 1, .off = {3}},
+         /* the imported extent shared back, copied on write, its import dropped */
+         {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {8, 3}, .len = {1}},
+         {.kind = S_COW, .r = 0, .off = {8}, .len = {1}},
+         {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {12, 3}, .len = {1}},
+         {.kind = S_DECOMMIT, .r = 1, .count = 1, .off = {0}, .len = {8}},
          {.kind = S_CLOSE, .r = -1, .teardown = 1},
          DESTROY(1),
          DESTROY(0),
