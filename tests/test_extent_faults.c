@@ -765,198 +765,259 @@ static void sweep(const workload *w, uint64_t min_calls)
         .kind = S_CREATE, .r = -1                                                                  \
     }
 
+static const workload w_commit_extents_of_mixed_sizes = {
+    "commit extents",
+    {CREATE(0, 0),
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 1, .off = {8}, .len = {2}},
+     /* 1, 2, 4 and 16 granules in one call, two runs */
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 2, 4, 16}, .len = {1, 2, 4, 16}},
+     /* the gaps, next to what is mapped */
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {1, 10, 12}, .len = {1, 2, 4}},
+     DESTROY(0),
+     END}};
+
 Test(extent_faults, commit_extents_of_mixed_sizes)
 {
-    static const workload w = {
-        "commit extents",
-        {CREATE(0, 0),
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 1, .off = {8}, .len = {2}},
-         /* 1, 2, 4 and 16 granules in one call, two runs */
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 2, 4, 16}, .len = {1, 2, 4, 16}},
-         /* the gaps, next to what is mapped */
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {1, 10, 12}, .len = {1, 2, 4}},
-         DESTROY(0),
-         END}};
-    sweep(&w, 20);
+    sweep(&w_commit_extents_of_mixed_sizes, 20);
 }
+
+static const workload w_commit_grow_with_growth_windows = {
+    "commit grow",
+    {CREATE(0, 0),
+     {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {0}, .len = {1}, .win = {32}},
+     {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {1}, .len = {2}, .win = {32}},
+     {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {3}, .len = {3}, .win = {32}},
+     /* two growing ranges at once, one window clipped */
+     {.kind = S_COMMIT_GROW, .r = 0, .count = 2, .off = {7, 20}, .len = {1, 3}, .win = {16, 24}},
+     DESTROY(0),
+     END}};
 
 Test(extent_faults, commit_grow_with_growth_windows)
 {
-    static const workload w = {
-        "commit grow",
-        {CREATE(0, 0),
-         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {0}, .len = {1}, .win = {32}},
-         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {1}, .len = {2}, .win = {32}},
-         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {3}, .len = {3}, .win = {32}},
-         /* two growing ranges at once, one window clipped */
-         {.kind = S_COMMIT_GROW,
-          .r = 0,
-          .count = 2,
-          .off = {7, 20},
-          .len = {1, 3},
-          .win = {16, 24}},
-         DESTROY(0),
-         END}};
-    sweep(&w, 20);
+    sweep(&w_commit_grow_with_growth_windows, 20);
 }
+
+static const workload w_commit_then_decommit_plain_strict_and_no_pool = {
+    "decommit",
+    {POOL_CAP(16, 0),
+     CREATE(0, 0),
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 5, .off = {0, 4, 6, 8, 16}, .len = {4, 1, 2, 4, 2}},
+     /* two runs into the pool; [4, 8) holds them whole */
+     {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {4}, .len = {4}},
+     /* a cut extent: refused, no backend call */
+     {.kind = S_DECOMMIT,
+      .r = 0,
+      .count = 1,
+      .off = {0},
+      .len = {2},
+      .flags = ORTMEM_DECOMMIT_STRICT,
+      .expect = ORTMEM_E_RANGE},
+     {.kind = S_DECOMMIT,
+      .r = 0,
+      .count = 2,
+      .off = {0, 8},
+      .len = {4, 4},
+      .flags = ORTMEM_DECOMMIT_STRICT},
+     {.kind = S_DECOMMIT,
+      .r = 0,
+      .count = 1,
+      .off = {16},
+      .len = {2},
+      .flags = ORTMEM_DECOMMIT_NO_POOL},
+     /* served from three pool classes */
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {0, 4, 8}, .len = {4, 1, 2}},
+     /* two runs of three extents back to the backend */
+     {.kind = S_DECOMMIT,
+      .r = 0,
+      .count = 2,
+      .off = {0, 8},
+      .len = {5, 2},
+      .flags = ORTMEM_DECOMMIT_NO_POOL},
+     DESTROY(0),
+     POOL_CAP(0, 1),
+     END}};
 
 Test(extent_faults, commit_then_decommit_plain_strict_and_no_pool)
 {
-    static const workload w = {
-        "decommit",
-        {POOL_CAP(16, 0),
-         CREATE(0, 0),
-         {.kind = S_COMMIT_EXT,
-          .r = 0,
-          .count = 5,
-          .off = {0, 4, 6, 8, 16},
-          .len = {4, 1, 2, 4, 2}},
-         /* two runs into the pool; [4, 8) holds them whole */
-         {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {4}, .len = {4}},
-         /* a cut extent: refused, no backend call */
-         {.kind = S_DECOMMIT,
-          .r = 0,
-          .count = 1,
-          .off = {0},
-          .len = {2},
-          .flags = ORTMEM_DECOMMIT_STRICT,
-          .expect = ORTMEM_E_RANGE},
-         {.kind = S_DECOMMIT,
-          .r = 0,
-          .count = 2,
-          .off = {0, 8},
-          .len = {4, 4},
-          .flags = ORTMEM_DECOMMIT_STRICT},
-         {.kind = S_DECOMMIT,
-          .r = 0,
-          .count = 1,
-          .off = {16},
-          .len = {2},
-          .flags = ORTMEM_DECOMMIT_NO_POOL},
-         /* served from three pool classes */
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {0, 4, 8}, .len = {4, 1, 2}},
-         /* two runs of three extents back to the backend */
-         {.kind = S_DECOMMIT,
-          .r = 0,
-          .count = 2,
-          .off = {0, 8},
-          .len = {5, 2},
-          .flags = ORTMEM_DECOMMIT_NO_POOL},
-         DESTROY(0),
-         POOL_CAP(0, 1),
-         END}};
-    sweep(&w, 30);
+    sweep(&w_commit_then_decommit_plain_strict_and_no_pool, 30);
 }
+
+static const workload w_share_whole_extents_then_cow = {
+    "share and cow",
+    {CREATE(0, 0),
+     CREATE(1, 0),
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {0, 4, 8}, .len = {4, 2, 1}},
+     {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 0}, .len = {6}},
+     {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {8, 8}, .len = {1}},
+     /* one granule asked: the whole 4-granule extent is copied */
+     {.kind = S_COW, .r = 1, .off = {1}, .len = {1}},
+     /* the other two, in two runs */
+     {.kind = S_COW, .r = 1, .off = {0}, .len = {10}},
+     /* a copy shared back */
+     {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {16, 0}, .len = {4}},
+     DESTROY(0),
+     DESTROY(1),
+     END}};
 
 Test(extent_faults, share_whole_extents_then_cow)
 {
-    static const workload w = {
-        "share and cow",
-        {CREATE(0, 0),
-         CREATE(1, 0),
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 3, .off = {0, 4, 8}, .len = {4, 2, 1}},
-         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 0}, .len = {6}},
-         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {8, 8}, .len = {1}},
-         /* one granule asked: the whole 4-granule extent is copied */
-         {.kind = S_COW, .r = 1, .off = {1}, .len = {1}},
-         /* the other two, in two runs */
-         {.kind = S_COW, .r = 1, .off = {0}, .len = {10}},
-         /* a copy shared back */
-         {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {16, 0}, .len = {4}},
-         DESTROY(0),
-         DESTROY(1),
-         END}};
-    sweep(&w, 30);
+    sweep(&w_share_whole_extents_then_cow, 30);
 }
+
+static const workload w_export_and_import_of_an_extent = {
+    "export and import",
+    {CREATE(0, ORTMEM_REGION_EXPORTABLE),
+     CREATE(1, 0),
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 4}, .len = {2, 1}},
+     {.kind = S_EXPORT, .r = 0, .off = {0}},
+     {.kind = S_IMPORT, .r = 1, .off = {3}},
+     /* the imported extent shared back, copied on write, its import dropped */
+     {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {8, 3}, .len = {1}},
+     {.kind = S_COW, .r = 0, .off = {8}, .len = {1}},
+     {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {12, 3}, .len = {1}},
+     {.kind = S_DECOMMIT, .r = 1, .count = 1, .off = {0}, .len = {8}},
+     {.kind = S_CLOSE, .r = -1, .teardown = 1},
+     DESTROY(1),
+     DESTROY(0),
+     END}};
 
 Test(extent_faults, export_and_import_of_an_extent)
 {
-    static const workload w = {
-        "export and import",
-        {CREATE(0, ORTMEM_REGION_EXPORTABLE),
-         CREATE(1, 0),
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 4}, .len = {2, 1}},
-         {.kind = S_EXPORT, .r = 0, .off = {0}},
-         {.kind = S_IMPORT, .r = 1, .off = {3}},
-         /* the imported extent shared back, copied on write, its import dropped */
-         {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {8, 3}, .len = {1}},
-         {.kind = S_COW, .r = 0, .off = {8}, .len = {1}},
-         {.kind = S_SHARE, .r = 0, .r2 = 1, .off = {12, 3}, .len = {1}},
-         {.kind = S_DECOMMIT, .r = 1, .count = 1, .off = {0}, .len = {8}},
-         {.kind = S_CLOSE, .r = -1, .teardown = 1},
-         DESTROY(1),
-         DESTROY(0),
-         END}};
-    sweep(&w, 15);
+    sweep(&w_export_and_import_of_an_extent, 15);
 }
+
+static const workload w_pool_fill_take_and_trim = {
+    "pool",
+    {POOL_CAP(32, 0),
+     {.kind = S_FILL, .r = -1, .a = 4, .count = 2},
+     {.kind = S_FILL, .r = -1, .a = 1, .count = 3},
+     CREATE(0, 0),
+     /* two 4-granule extents and one granule from the pool, a 2 created */
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 4, 8, 12}, .len = {4, 1, 4, 2}},
+     {.kind = S_TRIM, .r = -1, .a = 0},
+     {.kind = S_DECOMMIT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
+     {.kind = S_TRIM, .r = -1, .a = 4},
+     /* one from the pool, one created */
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
+     DESTROY(0),
+     POOL_CAP(0, 1),
+     END}};
 
 Test(extent_faults, pool_fill_take_and_trim)
 {
-    static const workload w = {
-        "pool",
-        {POOL_CAP(32, 0),
-         {.kind = S_FILL, .r = -1, .a = 4, .count = 2},
-         {.kind = S_FILL, .r = -1, .a = 1, .count = 3},
-         CREATE(0, 0),
-         /* two 4-granule extents and one granule from the pool, a 2 created */
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 4, 8, 12}, .len = {4, 1, 4, 2}},
-         {.kind = S_TRIM, .r = -1, .a = 0},
-         {.kind = S_DECOMMIT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
-         {.kind = S_TRIM, .r = -1, .a = 4},
-         /* one from the pool, one created */
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
-         DESTROY(0),
-         POOL_CAP(0, 1),
-         END}};
-    sweep(&w, 20);
+    sweep(&w_pool_fill_take_and_trim, 20);
 }
+
+static const workload w_region_destroy_with_extents_mapped = {
+    "destroy",
+    {POOL_CAP(8, 0),
+     CREATE(0, 0),
+     CREATE(1, 0),
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 4, 8, 12}, .len = {4, 1, 2, 4}},
+     {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 0}, .len = {4}},
+     /* three runs, one extent shared, some pooled and some released */
+     DESTROY(0),
+     DESTROY(1),
+     POOL_CAP(0, 1),
+     END}};
 
 Test(extent_faults, region_destroy_with_extents_mapped)
 {
-    static const workload w = {
-        "destroy",
-        {POOL_CAP(8, 0),
-         CREATE(0, 0),
-         CREATE(1, 0),
-         {.kind = S_COMMIT_EXT, .r = 0, .count = 4, .off = {0, 4, 8, 12}, .len = {4, 1, 2, 4}},
-         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 0}, .len = {4}},
-         /* three runs, one extent shared, some pooled and some released */
-         DESTROY(0),
-         DESTROY(1),
-         POOL_CAP(0, 1),
-         END}};
-    sweep(&w, 20);
+    sweep(&w_region_destroy_with_extents_mapped, 20);
 }
+
+static const workload w_aliases_in_one_region_pool_and_region_policy = {
+    "aliases",
+    {POOL_CAP(16, 0),
+     {.kind = S_CREATE, .r = 0, .a = ORTMEM_EXTENT_EXACT},
+     CREATE(1, 0),
+     /* EXACT lays 4 + 2 + 1 */
+     {.kind = S_COMMIT, .r = 0, .count = 1, .off = {0}, .len = {7}},
+     /* an alias inside the region, and one elsewhere */
+     {.kind = S_SHARE, .r = 0, .r2 = 0, .off = {16, 0}, .len = {6}},
+     {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 4}, .len = {2}},
+     {.kind = S_COW, .r = 0, .off = {16}, .len = {6}},
+     /* the 4 and the 1 go to the pool, the 2 lives on in region 1 */
+     {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {0}, .len = {8}},
+     /* growth served from the pool where the sizes match */
+     {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {0}, .len = {3}, .win = {8}},
+     {.kind = S_COMMIT, .r = 0, .count = 2, .off = {8, 24}, .len = {5, 4}},
+     {.kind = S_DECOMMIT,
+      .r = 0,
+      .count = 2,
+      .off = {8, 16},
+      .len = {5, 16},
+      .flags = ORTMEM_DECOMMIT_NO_POOL},
+     DESTROY(1),
+     DESTROY(0),
+     POOL_CAP(0, 1),
+     END}};
 
 Test(extent_faults, aliases_in_one_region_pool_and_region_policy)
 {
-    static const workload w = {
-        "aliases",
-        {POOL_CAP(16, 0),
-         {.kind = S_CREATE, .r = 0, .a = ORTMEM_EXTENT_EXACT},
-         CREATE(1, 0),
-         /* EXACT lays 4 + 2 + 1 */
-         {.kind = S_COMMIT, .r = 0, .count = 1, .off = {0}, .len = {7}},
-         /* an alias inside the region, and one elsewhere */
-         {.kind = S_SHARE, .r = 0, .r2 = 0, .off = {16, 0}, .len = {6}},
-         {.kind = S_SHARE, .r = 1, .r2 = 0, .off = {0, 4}, .len = {2}},
-         {.kind = S_COW, .r = 0, .off = {16}, .len = {6}},
-         /* the 4 and the 1 go to the pool, the 2 lives on in region 1 */
-         {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {0}, .len = {8}},
-         /* growth served from the pool where the sizes match */
-         {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {0}, .len = {3}, .win = {8}},
-         {.kind = S_COMMIT, .r = 0, .count = 2, .off = {8, 24}, .len = {5, 4}},
-         {.kind = S_DECOMMIT,
-          .r = 0,
-          .count = 2,
-          .off = {8, 16},
-          .len = {5, 16},
-          .flags = ORTMEM_DECOMMIT_NO_POOL},
-         DESTROY(1),
-         DESTROY(0),
-         POOL_CAP(0, 1),
-         END}};
-    sweep(&w, 40);
+    sweep(&w_aliases_in_one_region_pool_and_region_policy, 40);
+}
+
+static const workload *const every_workload[] = {
+    &w_commit_extents_of_mixed_sizes,
+    &w_commit_grow_with_growth_windows,
+    &w_commit_then_decommit_plain_strict_and_no_pool,
+    &w_share_whole_extents_then_cow,
+    &w_export_and_import_of_an_extent,
+    &w_pool_fill_take_and_trim,
+    &w_region_destroy_with_extents_mapped,
+    &w_aliases_in_one_region_pool_and_region_policy,
+};
+
+/* Random faults on every operation (ORTMEM_OP_ANY, probability 1/8, many
+ * seeds), the script run to its end whatever each step answers, so failures
+ * land on state earlier failures left (rollbacks of rollbacks, commits next
+ * to quarantined granules): after every step the ledger still rebuilds from
+ * the granules, and the tear-down leaves nothing owned but the quarantine. */
+Test(extent_faults, random_faults_run_every_script_to_its_end)
+{
+    G = (size_t)sysconf(_SC_PAGESIZE);
+    uint64_t injected_total = 0;
+    for (size_t wi = 0; wi < sizeof every_workload / sizeof every_workload[0]; wi++) {
+        const workload *w = every_workload[wi];
+        size_t steps = script_length(w);
+        for (uint64_t seed = 1; seed <= 64; seed++) {
+            env e;
+            env_open(&e);
+            ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+            fo.probability = 0.125;
+            fo.seed = seed;
+            OK(ortmem_fault_backend_arm(e.f, &fo));
+            static view before, now;
+            snap(&e, &before);
+            char ctx[160];
+            for (size_t k = 0; k < steps; k++) {
+                snprintf(ctx, sizeof ctx, "%s, random faults seed %llu, step %zu", w->name,
+                         (unsigned long long)seed, k);
+                ortmem_status st = run_step(&e, &w->steps[k]);
+                cr_assert(st == ORTMEM_OK || ortmem_last_error()[0], "%s: %s without a detail", ctx,
+                          ortmem_status_str(st));
+                snap(&e, &now);
+                sync_model(&e, &w->steps[k], st, &before, &now);
+                verify(&e, &now, ctx);
+                before = now;
+            }
+            /* Scripts whose tear-down was refused end here. */
+            for (int i = 0; i < REGIONS; i++) {
+                if (e.r[i])
+                    (void)ortmem_region_destroy(e.r[i]);
+                e.r[i] = NULL;
+            }
+            if (e.fd >= 0)
+                close(e.fd);
+            e.fd = -1;
+            (void)ortmem_pool_set_cap(e.f, 0);
+            injected_total += injected_of(&e);
+            env_close(&e, ctx);
+        }
+    }
+    cr_assert_gt(injected_total, 500, "random faults injected %llu failures",
+                 (unsigned long long)injected_total);
 }
 
 /* ---- rollbacks that fail too ---- */
