@@ -46,7 +46,8 @@ typedef enum step_kind {
     S_IMPORT,      /* the exported descriptor at r off[0] */
     S_CLOSE,       /* closes the exported descriptor */
     S_FILL,        /* count extents of a granules into the pool */
-    S_TRIM         /* trims the pool to a granules */
+    S_TRIM,        /* trims the pool to a granules */
+    S_REFILL       /* fills the pool with granules until it keeps a granules */
 } step_kind;
 
 typedef struct step {
@@ -239,6 +240,7 @@ static ortmem_status run_step(env *e, const step *s)
         e->fd = -1;
         return ORTMEM_OK;
     case S_FILL: return ortmem_pool_fill_extents(e->f, s->a * G, s->count);
+    case S_REFILL: return ortmem_pool_fill(e->f, s->a * G);
     case S_TRIM: {
         size_t released = 0;
         return ortmem_pool_trim(e->f, s->a * G, &released);
@@ -897,6 +899,8 @@ static const workload w_pool_fill_take_and_trim = {
      {.kind = S_TRIM, .r = -1, .a = 0},
      {.kind = S_DECOMMIT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
      {.kind = S_TRIM, .r = -1, .a = 4},
+     /* refilled with granules until it keeps 7 granules */
+     {.kind = S_REFILL, .r = -1, .a = 7},
      /* one from the pool, one created */
      {.kind = S_COMMIT_EXT, .r = 0, .count = 2, .off = {0, 8}, .len = {4, 4}},
      DESTROY(0),
@@ -1077,5 +1081,43 @@ Test(extent_faults, a_failed_rollback_keeps_the_first_failure_and_names_the_quar
     EXPECT_STATUS(ortmem_region_destroy(c), ORTMEM_E_QUARANTINED);
     EXPECT_STATUS(ortmem_region_destroy(a), ORTMEM_E_QUARANTINED);
     EXPECT_STATUS(ortmem_backend_destroy(f), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(inner));
+}
+
+/* A pool fill that fails gives back the granules it added, not the oldest
+ * pooled extents: a trim to the bytes held before released a 4-granule
+ * extent of another class and kept the new granule. */
+Test(extent_faults, a_failed_pool_fill_releases_only_the_granules_it_added)
+{
+    G = (size_t)sysconf(_SC_PAGESIZE);
+    ortmem_backend *inner = cpu_backend_with_granule(G), *f = NULL;
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_create(inner, &fo, &f));
+    OK(ortmem_pool_set_cap(f, 16 * G));
+    OK(ortmem_pool_fill_extents(f, 4 * G, 1));
+    ortmem_vmm_stats s0 = stats_of(f);
+
+    fo.op = ORTMEM_OP_CREATE;
+    fo.fail_at = 2; /* the second of the three granules */
+    OK(ortmem_fault_backend_arm(f, &fo));
+    EXPECT_STATUS(ortmem_pool_fill(f, 7 * G), ORTMEM_E_BACKEND);
+    detail_has("fault injected into create (counted call 2)");
+    ortmem_vmm_stats s = stats_of(f);
+    ortmem_pool_stats p = {.struct_size = sizeof p};
+    OK(ortmem_pool_stats_get(f, &p));
+    cr_assert_eq(p.extents[2], 1, "the 4-granule extent stays pooled");
+    cr_assert_eq(p.extents[0], 0, "the granule added went again");
+    cr_assert_eq(s.pool_bytes, 4 * G);
+    cr_assert_eq(s.owned_bytes, s0.owned_bytes);
+    cr_assert_eq(s.owned_extents, s0.owned_extents);
+    cr_assert_eq(s.calls[ORTMEM_OP_RELEASE] - s0.calls[ORTMEM_OP_RELEASE], 1);
+
+    OK(ortmem_pool_fill(f, 7 * G)); /* one-shot: now it fills */
+    OK(ortmem_pool_stats_get(f, &p));
+    cr_assert_eq(p.extents[2], 1);
+    cr_assert_eq(p.extents[0], 3);
+    OK(ortmem_pool_set_cap(f, 0));
+    cr_assert_eq(stats_of(f).owned_bytes, 0);
+    OK(ortmem_backend_destroy(f));
     OK(ortmem_backend_destroy(inner));
 }

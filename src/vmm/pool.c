@@ -79,6 +79,21 @@ static om_phys *pool_take_oldest_locked(ortmem_backend *b)
     return p;
 }
 
+/* Takes the newest pooled extent of granules granules back out (a fill that
+ * failed), counting no hit; NULL when there is none. */
+static om_phys *pool_take_newest_locked(ortmem_backend *b, uint32_t granules)
+{
+    om_pool *pool = &b->pool;
+    int c = pool_class(b, granules);
+    for (size_t i = pool->count; c >= 0 && pool->class_count[c] && i-- > pool->head;) {
+        if (pool->items[i]->granules != granules)
+            continue;
+        pool->class_count[c]--;
+        return pool_remove_at(pool, i);
+    }
+    return NULL;
+}
+
 /* Takes p back out of the pool (a fill that failed); false when not there. */
 static bool pool_remove_locked(ortmem_backend *b, om_phys *p)
 {
@@ -206,9 +221,7 @@ ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
                       cap);
     }
     /* All or nothing: on a failure the granules this call added are released. */
-    pthread_mutex_lock(&b->lock);
-    size_t held_before = b->pool.bytes;
-    pthread_mutex_unlock(&b->lock);
+    size_t added = 0;
     for (;;) {
         pthread_mutex_lock(&b->lock);
         bool want = b->pool.bytes + b->granule <= bytes;
@@ -238,14 +251,26 @@ ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
                 st = OM_ERR(ORTMEM_E_NOMEM, "pool fill: list of %zu pooled granules", items);
             break;
         }
+        added++;
     }
     if (st != ORTMEM_OK) {
+        /* The newest granules are the ones added: a trim to the bytes held
+         * before would release the oldest extents, of any class, instead. */
         om_error_saved first;
         om_error_save(&first);
-        bool stuck = om_pool_shrink(b, held_before, NULL) != ORTMEM_OK;
+        size_t stuck = 0;
+        for (; added > 0; added--) {
+            pthread_mutex_lock(&b->lock);
+            om_phys *p = pool_take_newest_locked(b, 1);
+            pthread_mutex_unlock(&b->lock);
+            if (!p) /* taken by a commit meanwhile */
+                break;
+            stuck += om_phys_release(b, p) != ORTMEM_OK;
+        }
         st = om_error_restore(&first, st);
-        if (stuck) /* the rollback could not release every granule it added */
-            st = om_error_wrap(st, "pool fill: granules quarantined in the rollback");
+        if (stuck)
+            st = om_error_wrap(st, "pool fill: %zu granule%s quarantined in the rollback", stuck,
+                               stuck == 1 ? "" : "s");
     }
     om_backend_unpin(b);
     return st;
