@@ -962,7 +962,37 @@ Test(extent_faults, aliases_in_one_region_pool_and_region_policy)
     sweep(&w_aliases_in_one_region_pool_and_region_policy, 40);
 }
 
+static const workload w_pool_classes_under_a_cap = {
+    "pool classes",
+    {POOL_CAP(12, 0),
+     {.kind = S_CREATE, .r = 0, .a = ORTMEM_EXTENT_EXACT},
+     {.kind = S_COMMIT_EXT, .r = 0, .count = 5, .off = {0, 8, 12, 14, 15}, .len = {8, 4, 2, 1, 1}},
+     /* the 8 and the 4 fill the cap, the rest is released */
+     {.kind = S_DECOMMIT, .r = 0, .count = 1, .off = {0}, .len = {16}},
+     /* a lowered cap releases the oldest, the 8 */
+     POOL_CAP(6, 0),
+     {.kind = S_REFILL, .r = -1, .a = 6},
+     /* EXACT lays 4 + 2 + 1: the 4 from the pool, the rest created */
+     {.kind = S_COMMIT, .r = 0, .count = 1, .off = {0}, .len = {7}},
+     {.kind = S_TRIM, .r = -1, .a = 1},
+     {.kind = S_COMMIT_GROW, .r = 0, .count = 1, .off = {7}, .len = {2}, .win = {16}},
+     {.kind = S_DECOMMIT,
+      .r = 0,
+      .count = 1,
+      .off = {0},
+      .len = {16},
+      .flags = ORTMEM_DECOMMIT_STRICT},
+     DESTROY(0),
+     POOL_CAP(0, 1),
+     END}};
+
+Test(extent_faults, pool_classes_under_a_cap)
+{
+    sweep(&w_pool_classes_under_a_cap, 30);
+}
+
 static const workload *const every_workload[] = {
+    &w_pool_classes_under_a_cap,
     &w_commit_extents_of_mixed_sizes,
     &w_commit_grow_with_growth_windows,
     &w_commit_then_decommit_plain_strict_and_no_pool,
