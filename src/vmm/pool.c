@@ -79,6 +79,21 @@ static om_phys *pool_take_oldest_locked(ortmem_backend *b)
     return p;
 }
 
+/* Takes the newest pooled extent of granules granules back out (a fill that
+ * failed), counting no hit; NULL when there is none. */
+static om_phys *pool_take_newest_locked(ortmem_backend *b, uint32_t granules)
+{
+    om_pool *pool = &b->pool;
+    int c = pool_class(b, granules);
+    for (size_t i = pool->count; c >= 0 && pool->class_count[c] && i-- > pool->head;) {
+        if (pool->items[i]->granules != granules)
+            continue;
+        pool->class_count[c]--;
+        return pool_remove_at(pool, i);
+    }
+    return NULL;
+}
+
 /* Takes p back out of the pool (a fill that failed); false when not there. */
 static bool pool_remove_locked(ortmem_backend *b, om_phys *p)
 {
@@ -129,7 +144,8 @@ bool om_pool_put_locked(ortmem_backend *b, om_phys *p)
 static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *released)
 {
     ortmem_status result = ORTMEM_OK;
-    size_t freed = 0;
+    om_error_saved first; /* the first failed release is the one reported */
+    size_t freed = 0, stuck = 0;
     for (;;) {
         pthread_mutex_lock(&b->lock);
         om_phys *p = b->pool.bytes > keep ? pool_take_oldest_locked(b) : NULL;
@@ -139,11 +155,18 @@ static ortmem_status om_pool_shrink(ortmem_backend *b, size_t keep, size_t *rele
         size_t size = p->size;
         /* Release outside the lock: a backend call may be slow. */
         ortmem_status st = om_phys_release(b, p);
-        if (st == ORTMEM_OK)
+        if (st == ORTMEM_OK) {
             freed += size;
-        else
+        } else {
+            if (!stuck++)
+                om_error_save(&first);
             result = st;
+        }
     }
+    if (stuck > 1)
+        result =
+            om_error_wrap(om_error_restore(&first, result),
+                          "pool: %zu extents quarantined after failed releases, the first", stuck);
     if (released)
         *released = freed;
     return result;
@@ -198,9 +221,7 @@ ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
                       cap);
     }
     /* All or nothing: on a failure the granules this call added are released. */
-    pthread_mutex_lock(&b->lock);
-    size_t held_before = b->pool.bytes;
-    pthread_mutex_unlock(&b->lock);
+    size_t added = 0;
     for (;;) {
         pthread_mutex_lock(&b->lock);
         bool want = b->pool.bytes + b->granule <= bytes;
@@ -230,12 +251,26 @@ ortmem_status ortmem_pool_fill(ortmem_backend *b, size_t bytes)
                 st = OM_ERR(ORTMEM_E_NOMEM, "pool fill: list of %zu pooled granules", items);
             break;
         }
+        added++;
     }
     if (st != ORTMEM_OK) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
-        (void)om_pool_shrink(b, held_before, NULL);
-        st = OM_ERR(st, "%s", detail);
+        /* The newest granules are the ones added: a trim to the bytes held
+         * before would release the oldest extents, of any class, instead. */
+        om_error_saved first;
+        om_error_save(&first);
+        size_t stuck = 0;
+        for (; added > 0; added--) {
+            pthread_mutex_lock(&b->lock);
+            om_phys *p = pool_take_newest_locked(b, 1);
+            pthread_mutex_unlock(&b->lock);
+            if (!p) /* taken by a commit meanwhile */
+                break;
+            stuck += om_phys_release(b, p) != ORTMEM_OK;
+        }
+        st = om_error_restore(&first, st);
+        if (stuck)
+            st = om_error_wrap(st, "pool fill: %zu granule%s quarantined in the rollback", stuck,
+                               stuck == 1 ? "" : "s");
     }
     om_backend_unpin(b);
     return st;
@@ -287,16 +322,20 @@ ortmem_status ortmem_pool_fill_extents(ortmem_backend *b, size_t extent_bytes, s
     }
     if (st != ORTMEM_OK && added) {
         /* All or nothing: the extents this call added go again. */
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", ortmem_last_error());
+        om_error_saved first;
+        om_error_save(&first);
+        size_t stuck = 0;
         for (size_t i = made; i-- > 0;) {
             pthread_mutex_lock(&b->lock);
             bool mine = pool_remove_locked(b, added[i]);
             pthread_mutex_unlock(&b->lock);
             if (mine) /* not taken by a commit meanwhile */
-                (void)om_phys_release(b, added[i]);
+                stuck += om_phys_release(b, added[i]) != ORTMEM_OK;
         }
-        st = OM_ERR(st, "%s", detail);
+        st = om_error_restore(&first, st);
+        if (stuck)
+            st = om_error_wrap(st, "pool fill extents: %zu extent%s quarantined in the rollback",
+                               stuck, stuck == 1 ? "" : "s");
     }
     om_free(added);
     om_backend_unpin(b);

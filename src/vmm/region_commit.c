@@ -523,10 +523,15 @@ static ortmem_status decommit_selected(ortmem_region *r, const ortmem_range *ran
         assert(om_slots_consistent(r, g0, n));
         return st;
     }
+    /* Only an extent that could not be mapped back changed: it is quarantined. */
+    bool stuck = false;
+    for (size_t k = 0; k < n && !stuck; k++)
+        stuck = sel[k] && r->slots[g0 + k].state == ORTMEM_GRANULE_QUARANTINED;
+    const char *outcome = stuck ? "failed" : "nothing changed";
     if (count == 1)
-        return om_error_wrap(st, "region decommit [%zu, +%zu): nothing changed", ranges[0].offset,
-                             ranges[0].length);
-    return om_error_wrap(st, "region decommit of %zu ranges: nothing changed", count);
+        return om_error_wrap(st, "region decommit [%zu, +%zu): %s", ranges[0].offset,
+                             ranges[0].length, outcome);
+    return om_error_wrap(st, "region decommit of %zu ranges: %s", count, outcome);
 }
 
 static ortmem_status decommit_locked(ortmem_region *r, const ortmem_range *ranges, size_t count,

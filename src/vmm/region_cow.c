@@ -103,19 +103,27 @@ static ortmem_status scratch_release(ortmem_region *r, const cow_scratch *sc, or
                                      bool *leaked_va)
 {
     ortmem_backend *b = r->backend;
-    bool unmapped = true;
+    /* A failure before this one stays the one reported. */
+    om_error_saved first;
+    om_error_save(&first);
+    size_t stuck = 0;
     size_t i = 0;
     for (size_t len; sc->mapped && (len = om_next_run(sc->mapped, &i, sc->count)) != 0; i += len) {
-        if (scratch_unmap_run(r, sc, i, len))
-            continue;
-        unmapped = false;
-        st = st == ORTMEM_OK ? ORTMEM_E_BACKEND : st;
+        if (!scratch_unmap_run(r, sc, i, len))
+            stuck += len;
     }
     size_t bytes = sc->count * r->granule;
-    if (!unmapped || om_backend_unreserve(b, sc->va, bytes) != ORTMEM_OK) {
+    if (stuck || om_backend_unreserve(b, sc->va, bytes) != ORTMEM_OK) {
         om_ledger_count(&b->ledger.leaked_va, bytes, b);
         *leaked_va = true;
     }
+    if (st != ORTMEM_OK)
+        (void)om_error_restore(&first, st);
+    if (stuck) /* the copies stay quarantined in the scratch VA (cow_finish words the VA) */
+        st = om_error_wrap(st == ORTMEM_OK ? ORTMEM_E_BACKEND : st,
+                           "%zu granule%s of copies quarantined: the scratch mapping could not be "
+                           "unmapped",
+                           stuck, stuck == 1 ? "" : "s");
     return st;
 }
 
@@ -202,10 +210,20 @@ static ortmem_status cow_swap(ortmem_region *r, cow_job *job)
     }
     detach_shared(r, job, old);
     st = om_region_map(r, job->g0, job->n, job->fresh, ORTMEM_ACCESS_READ_WRITE, &job->hold);
-    if (st == ORTMEM_OK)
+    if (st == ORTMEM_OK) {
         finish_swap(r, job, old);
-    else
+    } else {
+        om_error_saved first; /* the failed map stays the one reported */
+        om_error_save(&first);
         undo_swap(r, job, old);
+        size_t stuck = 0;
+        for (size_t k = 0; k < job->n; k++)
+            stuck += r->slots[job->g0 + k].state == ORTMEM_GRANULE_QUARANTINED;
+        (void)om_error_restore(&first, st);
+        if (stuck)
+            st = om_error_wrap(st, "%zu granule%s quarantined: they could not be swapped back",
+                               stuck, stuck == 1 ? "" : "s");
+    }
     assert(st != ORTMEM_OK || job->hold.mapped == 0);
     om_free(old);
     return st;
@@ -282,14 +300,19 @@ static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st
     if (job->fresh)
         om_region_give_back(r, job->n, job->fresh, job->pooled_end);
     om_region_unhold_rest(r, &job->hold);
-    if (st != ORTMEM_OK)
+    if (st != ORTMEM_OK && job->leaked_va)
+        st = om_error_wrap(st,
+                           "region cow [%zu, +%zu) of %zu shared granules, the %zu-byte scratch VA "
+                           "left reserved",
+                           offset, len, job->count, job->count * r->granule);
+    else if (st != ORTMEM_OK)
         st = om_error_wrap(st, "region cow [%zu, +%zu) of %zu shared granules", offset, len,
                            job->count);
-    else if (job->leaked_va)
-        st = OM_ERR(ORTMEM_E_QUARANTINED,
-                    "region cow [%zu, +%zu): copied, but the %zu-byte scratch VA could not be "
-                    "returned and is left reserved",
-                    offset, len, job->count * r->granule);
+    else if (job->leaked_va) /* keeps the failed unreserve's detail */
+        st = om_error_wrap(ORTMEM_E_QUARANTINED,
+                           "region cow [%zu, +%zu): copied, but the %zu-byte scratch VA could not "
+                           "be returned and is left reserved",
+                           offset, len, job->count * r->granule);
     assert(job->n == 0 || om_slots_consistent(r, job->g0, job->n));
     om_free(job->cand);
     om_free(job->ext);

@@ -113,6 +113,10 @@ void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pool
         for (uint32_t j = 1; j < p->granules; j++)
             phys[k + j] = NULL;
     }
+    /* The failure that brought us here stays the one reported. */
+    om_error_saved first;
+    om_error_save(&first);
+    size_t stuck = 0;
     for (size_t i = n; i-- > 0;) {
         om_phys *p = phys[i];
         phys[i] = NULL;
@@ -120,11 +124,14 @@ void om_region_give_back(ortmem_region *r, size_t n, om_phys **phys, size_t pool
             continue;
         /* An extent is released or pooled only once its last mapper is gone. */
         assert(atomic_load(&p->mappers) == 0);
-        if (i < pooled_end)
-            (void)om_phys_discard(r->backend, p, 0);
-        else
-            (void)om_phys_release(r->backend, p);
+        ortmem_status st =
+            i < pooled_end ? om_phys_discard(r->backend, p, 0) : om_phys_release(r->backend, p);
+        stuck += st != ORTMEM_OK;
     }
+    (void)om_error_restore(&first, ORTMEM_OK);
+    if (stuck)
+        (void)om_error_wrap(ORTMEM_OK, "%zu extent%s quarantined after a failed release", stuck,
+                            stuck == 1 ? "" : "s");
 }
 
 /* ---- acquire ---- */
@@ -238,6 +245,9 @@ static size_t extents_in_run(om_phys *const *phys, size_t i, size_t len)
  * clears its phys[] entries). */
 static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t upto, om_phys **phys)
 {
+    om_error_saved first; /* the failure that brought us here stays the one reported */
+    om_error_save(&first);
+    size_t stuck = 0;
     size_t i = 0;
     for (size_t len; (len = next_phys_run(phys, &i, upto)) != 0; i += len) {
         size_t bytes = len * r->granule;
@@ -246,8 +256,14 @@ static void rollback_new_mappings(ortmem_region *r, size_t g0, size_t upto, om_p
             om_account_refund(&r->account, 0, bytes);
         } else {
             quarantine_run(r, g0, i, len, phys);
+            stuck += len;
         }
     }
+    (void)om_error_restore(&first, ORTMEM_OK);
+    if (stuck)
+        (void)om_error_wrap(ORTMEM_OK,
+                            "%zu granule%s quarantined: the rollback could not unmap them", stuck,
+                            stuck == 1 ? "" : "s");
 }
 
 /* Maps each extent of phys[] whole at its first granule; stops at the first
@@ -339,7 +355,16 @@ ortmem_status om_region_unmap_runs(ortmem_region *r, size_t g0, size_t n, const 
         size_t bytes = len * r->granule;
         ortmem_status st = om_backend_unmap(r->backend, om_region_va(r, g0 + i), bytes);
         if (st != ORTMEM_OK) {
+            om_error_saved first;
+            om_error_save(&first);
             om_region_restore_runs(r, g0, i, sel); /* the runs before i */
+            size_t stuck = 0;
+            for (size_t k = 0; k < i; k++)
+                stuck += sel[k] && r->slots[g0 + k].state == ORTMEM_GRANULE_QUARANTINED;
+            (void)om_error_restore(&first, st);
+            if (stuck)
+                st = om_error_wrap(st, "%zu granule%s quarantined: they could not be mapped back",
+                                   stuck, stuck == 1 ? "" : "s");
             return st;
         }
         om_region_mapped_out(r, g0 + i, len);
@@ -362,12 +387,20 @@ ortmem_status om_region_drop_unmapped(ortmem_region *r, size_t g0, size_t n, con
                                       unsigned drop_flags)
 {
     ortmem_status result = ORTMEM_OK;
+    om_error_saved first; /* the first failed release is the one reported */
+    size_t stuck = 0;
     for (size_t k = 0; k < n; k++) {
         if (!sel[k])
             continue;
         ortmem_status st = om_region_drop_slot(r, g0 + k, drop_flags);
-        if (st != ORTMEM_OK)
+        if (st != ORTMEM_OK) {
+            if (!stuck++)
+                om_error_save(&first);
             result = st;
+        }
     }
+    if (stuck > 1)
+        result = om_error_wrap(om_error_restore(&first, result),
+                               "%zu extents quarantined after failed releases, the first", stuck);
     return result;
 }
