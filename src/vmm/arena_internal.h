@@ -167,14 +167,6 @@ void om_block_coalesce(ortmem_arena *a, om_block *b);
 /* Frees every block node, spare or linked, with their freed starts. */
 void om_blocks_release(ortmem_arena *a);
 
-/* ---- region_commit.c: the arena's commit ---- */
-
-/* ortmem_region_commit_extents without relief: a refused hold is noted in
- * relief for the arena, which drops its lock before relieving (as
- * om_region_commit_for, src/vmm/region.h). */
-ortmem_status om_region_commit_extents_for(ortmem_region *r, const ortmem_range *extents,
-                                           size_t count, om_relief *relief);
-
 /* ---- arena_granule.c: live counts, extents, fencing ---- */
 
 /* Commits the uncommitted granules of [g_first, g_last] in extents: the run

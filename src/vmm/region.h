@@ -18,5 +18,8 @@ ortmem_status om_region_create(ortmem_backend *backend, const ortmem_region_opti
  * drop them before relieving. */
 ortmem_status om_region_commit_for(ortmem_region *r, const ortmem_range *ranges, size_t count,
                                    om_relief *relief);
+/* ortmem_region_commit_extents without relief, likewise. */
+ortmem_status om_region_commit_extents_for(ortmem_region *r, const ortmem_range *extents,
+                                           size_t count, om_relief *relief);
 
 #endif
