@@ -3,7 +3,7 @@
 
 The rule (docs/memory/ARCHITECTURE.md, section Layers):
 
-  layers, lowest first:   core < vmm < governance < kv < capture < tools
+  layers, lowest first:   core < vmm < governance < kv < offload < capture < tools
   public headers, lowest: core.h < gate.h < vmm.h < governance.h < kv.h
                           < capture.h < ortmem.h (the umbrella, tools level)
 
@@ -27,7 +27,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "vmm", "governance", "kv", "capture", "tools"]
+LAYERS = ["core", "vmm", "governance", "kv", "offload", "capture", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 # Public headers in their order, each with the layer it belongs to.
@@ -37,6 +37,7 @@ PUBLIC_ORDER = [
     ("vmm.h", "vmm"),
     ("governance.h", "governance"),
     ("kv.h", "kv"),
+    ("offload.h", "offload"),
     ("capture.h", "capture"),
     ("ortmem.h", "tools"),
 ]
@@ -46,8 +47,8 @@ PUBLIC_LAYER = dict(PUBLIC_ORDER)
 BACKENDS = "src/vmm/backends/"
 SOURCE_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".hpp", ".cu", ".cuh")
 INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]')
-ORDER_TEXT = "core < vmm < governance < kv < capture < tools"
-PUBLIC_TEXT = "core.h < gate.h < vmm.h < governance.h < kv.h < capture.h < ortmem.h"
+ORDER_TEXT = "core < vmm < governance < kv < offload < capture < tools"
+PUBLIC_TEXT = "core.h < gate.h < vmm.h < governance.h < kv.h < offload.h < capture.h < ortmem.h"
 
 
 def blank_comments(text):

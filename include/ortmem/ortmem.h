@@ -7,6 +7,7 @@
 #include <ortmem/vmm.h>
 #include <ortmem/governance.h>
 #include <ortmem/kv.h>
+#include <ortmem/offload.h>
 #include <ortmem/capture.h>
 
 #endif /* ORTMEM_ORTMEM_H */

@@ -150,13 +150,13 @@ class PlantedIncludes(unittest.TestCase):
 
     def test_a_src_folder_outside_the_order_fails(self):
         tree = dict(CLEAN)
-        tree["src/offload/offload.c"] = '#include "core/error.h"\n'
-        self.assertFails(tree, "src/offload/offload.c:1", "rule 'known'")
+        tree["src/unplaced/unplaced.c"] = '#include "core/error.h"\n'
+        self.assertFails(tree, "src/unplaced/unplaced.c:1", "rule 'known'")
 
     def test_a_public_header_outside_the_order_fails(self):
         tree = dict(CLEAN)
-        tree["include/ortmem/offload.h"] = "#include <ortmem/core.h>\n"
-        self.assertFails(tree, "include/ortmem/offload.h:1", "rule 'known'")
+        tree["include/ortmem/unplaced.h"] = "#include <ortmem/core.h>\n"
+        self.assertFails(tree, "include/ortmem/unplaced.h:1", "rule 'known'")
 
     def test_every_broken_include_is_reported(self):
         tree = dict(CLEAN)
@@ -169,7 +169,7 @@ class PlantedIncludes(unittest.TestCase):
             [
                 "src/vmm/backends/cuda.c:1: rule 'down': src/vmm/backends/cuda.c (vmm) includes "
                 '"capture/gate.h" (capture), which is above it '
-                "(core < vmm < governance < kv < capture < tools)",
+                "(core < vmm < governance < kv < offload < capture < tools)",
                 'src/vmm/backends/cuda.c:2: rule \'backends\': a backend includes "vmm/backend.h", '
                 "a vmm private header; backends see public headers and core internals only",
             ],
