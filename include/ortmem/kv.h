@@ -192,9 +192,10 @@ typedef struct ortmem_kv_cache_options {
     int priority;                 /* of the cache's holders */
     ortmem_backend *host_backend; /* swap tier; NULL = no swap */
     uint64_t stream;              /* bucket growth copies on this stream (0 = default) */
-    ortmem_extent_policy extents; /* stable growth's extent policy [GRANULE]; stored and
-                                     reported: growth commits per granule until the region
-                                     commits extents (docs/memory/KV_CACHE.md) */
+    ortmem_extent_policy extents; /* stable growth's extent policy [GEOMETRIC, 32 MiB cap]:
+                                     each append commits the extents it lays per fragment
+                                     (docs/memory/KV_GEOMETRY.md "Growth over extents");
+                                     ORTMEM_EXTENT_GRANULE = the per-granule baseline */
 } ortmem_kv_cache_options;
 
 #define ORTMEM_KV_CACHE_OPTIONS_INIT                                                               \
@@ -202,7 +203,7 @@ typedef struct ortmem_kv_cache_options {
         sizeof(ortmem_kv_cache_options), ORTMEM_KV_GEOMETRY_INIT, ORTMEM_KV_AUTO, 0, 0, 0, 0, 0,   \
             0, 0, 0, NULL, 0,                                                                      \
         {                                                                                          \
-            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GRANULE, 0                                 \
+            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GEOMETRIC, ORTMEM_EXTENT_CAP_DEFAULT       \
         }                                                                                          \
     }
 
