@@ -221,7 +221,7 @@ static ortmem_status om_shared_extent_bytes(ortmem_kv_cache *c, ortmem_kv_seq *s
     return ORTMEM_OK;
 }
 
-/* A granule shared into s read-only stays read-only after every other
+/* An extent shared into s read-only stays read-only after every other
  * mapper dropped it (mappers 1): cow has nothing to copy, but the tokens about
  * to be written land there, so it becomes writable again. */
 static ortmem_status om_unshare_writable(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_range r)
@@ -235,8 +235,14 @@ static ortmem_status om_unshare_writable(ortmem_kv_cache *c, ortmem_kv_seq *s, o
             continue;
         st = ortmem_region_granule_info(s->region, k * g, &info);
         if (st == ORTMEM_OK && info.state == ORTMEM_GRANULE_MAPPED &&
-            info.access != ORTMEM_ACCESS_READ_WRITE && info.mappers == 1)
-            st = ortmem_region_protect(s->region, k * g, g, ORTMEM_ACCESS_READ_WRITE);
+            info.access != ORTMEM_ACCESS_READ_WRITE && info.mappers == 1) {
+            /* The whole extent: it is this sequence's alone now, and one
+             * access change covers a whole mapping. */
+            st =
+                ortmem_region_protect(s->region, info.extent_offset,
+                                      (size_t)(info.extent_granules * g), ORTMEM_ACCESS_READ_WRITE);
+            k = info.extent_offset / g + info.extent_granules - 1;
+        }
     }
     return st;
 }
