@@ -97,8 +97,8 @@ ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s);
 ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to);
 /* Commits the unmapped granules ranges touch in exact extents of at most
  * cap_bytes (0 = no cap): a bucket, a swap-in (sequence.c). */
-ortmem_status om_kv_commit_exact(ortmem_kv_cache *c, ortmem_region *r, const ortmem_range *ranges,
-                                 size_t count, size_t cap_bytes);
+ortmem_status om_kv_commit_exact(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                 size_t cap_bytes);
 /* The largest extent the cache's policy lays, in bytes (0 = none fits a size_t). */
 size_t om_kv_extent_cap_bytes(const ortmem_kv_cache *c);
 /* Returns once the work enqueued on stream so far has completed (one event). */

@@ -60,7 +60,7 @@ static ortmem_status om_copy_private(ortmem_kv_cache *c, ortmem_region *dst, ort
         else
             runs[n++] = (ortmem_range){(size_t)(k * g), (size_t)g};
     }
-    ortmem_status st = om_kv_commit_exact(c, dst, runs, n, om_kv_extent_cap_bytes(c));
+    ortmem_status st = om_kv_commit_exact(dst, runs, n, om_kv_extent_cap_bytes(c));
     om_free(runs);
     /* Only the live bytes: a whole-granule copy would read (and fault in)
      * pages nobody wrote. */

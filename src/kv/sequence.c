@@ -478,8 +478,8 @@ static ortmem_status om_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint
     return st;
 }
 
-ortmem_status om_kv_commit_exact(ortmem_kv_cache *c, ortmem_region *r, const ortmem_range *ranges,
-                                 size_t count, size_t cap_bytes)
+ortmem_status om_kv_commit_exact(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                 size_t cap_bytes)
 {
     ortmem_commit_range *grow = om_calloc(count ? count : 1, sizeof *grow);
     if (!grow)
@@ -490,7 +490,6 @@ ortmem_status om_kv_commit_exact(ortmem_kv_cache *c, ortmem_region *r, const ort
             grow[n++] = (ortmem_commit_range){ranges[i].offset, ranges[i].length, 0};
     }
     ortmem_extent_policy exact = {sizeof exact, ORTMEM_EXTENT_EXACT, cap_bytes};
-    (void)c;
     ortmem_status st = n ? ortmem_region_commit_grow(r, grow, n, &exact) : ORTMEM_OK;
     om_free(grow);
     return st;
@@ -514,7 +513,7 @@ static ortmem_status om_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64
     /* A bucket is committed whole: one extent per region (its power-of-two
      * pieces when the region's granule count is not one). */
     ortmem_range whole = {0, ortmem_region_size(next.region)};
-    st = om_kv_commit_exact(c, next.region, &whole, 1, 0);
+    st = om_kv_commit_exact(next.region, &whole, 1, 0);
     /* The live prefix moves on the cache's stream; the old bucket goes once
      * an event after the copies completed: that stream is waited for, never
      * the whole device. */
@@ -673,7 +672,7 @@ ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *s, ortmem_kv_seq **child)
     /* A bucket is committed whole: the rest of the region, in exact extents. */
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_BUCKET && k->region) {
         ortmem_range whole = {0, ortmem_region_size(k->region)};
-        st = om_kv_commit_exact(c, k->region, &whole, 1, 0);
+        st = om_kv_commit_exact(k->region, &whole, 1, 0);
     }
     if (st == ORTMEM_OK)
         st = om_kv_zero_fill(c, k);
