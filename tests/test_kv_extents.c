@@ -531,15 +531,18 @@ static void assert_same(const snapshot *a, const snapshot *b, const char *when)
 }
 
 /* The Nth create, map or set-access of an append that lays several extents
- * fails: the ledger, the zero tail and every live byte are as before, and the
- * same append succeeds once the backend is healthy. */
+ * fails, or the unmap that clears the zero alias from the planned granules:
+ * the ledger, the zero tail and every live byte are as before, and the same
+ * append succeeds once the backend is healthy. */
 Test(kv_extents, a_failed_commit_changes_nothing)
 {
-    static const ortmem_backend_op ops[] = {ORTMEM_OP_CREATE, ORTMEM_OP_MAP, ORTMEM_OP_SET_ACCESS};
+    static const ortmem_backend_op ops[] = {ORTMEM_OP_CREATE, ORTMEM_OP_MAP, ORTMEM_OP_SET_ACCESS,
+                                            ORTMEM_OP_UNMAP};
     for (size_t l = 0; l < LAYOUT_COUNT; l++) {
         for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++) {
-            /* One set-access per contiguous run: one fragment lays one run. */
-            uint64_t most = ops[oi] == ORTMEM_OP_SET_ACCESS ? 1 : 3;
+            /* One set-access per contiguous run (one fragment lays one run);
+             * one unmap per run of zero aliases cleared. */
+            uint64_t most = ops[oi] == ORTMEM_OP_CREATE || ops[oi] == ORTMEM_OP_MAP ? 3 : 1;
             for (uint64_t nth = 1; nth <= most; nth++) {
                 ortmem_kv_cache_options o =
                     options(layouts[l], 4096, ORTMEM_EXTENT_GEOMETRIC, 4 * G);
