@@ -582,3 +582,41 @@ Test(kv_extents, a_failed_commit_changes_nothing)
         }
     }
 }
+
+/* Swap-in lays the live granules exactly (extents of at most the cap), so a
+ * sequence that had a geometric tail past its end comes back with exactly the
+ * granules its tokens touch, byte for byte. */
+Test(kv_extents, swap_in_commits_exactly_the_live_granules)
+{
+    for (size_t l = 0; l < LAYOUT_COUNT; l++) {
+        env e;
+        env_open(&e, options(layouts[l], 4096, ORTMEM_EXTENT_GEOMETRIC, 4 * G), 0, 1);
+        const char *what = ortmem_kv_layout_name(layouts[l]);
+        ortmem_kv_seq *s = NULL;
+        OK(ortmem_kv_seq_create(e.cache, &s));
+        OK(ortmem_kv_seq_append(s, 1000));
+        OK(ortmem_kv_seq_append(s, 100)); /* a tail of 4 granules laid past 1100 */
+        write_tokens(&e, s, 0, 1100, 41);
+        ortmem_kv_eval ev;
+        memset(&ev, 0, sizeof ev);
+        ev.struct_size = sizeof ev;
+        OK(ortmem_kv_evaluate(&e.geometry, 1100, e.capacity, 1, 0, 0, &ev));
+        cr_assert_gt(kv_stats(e.cache).committed_bytes, ev.committed_bytes,
+                     "%s: the geometric tail reaches past the live granules", what);
+        OK(ortmem_kv_seq_swap_out(s));
+        cr_assert_eq(kv_stats(e.cache).committed_bytes, 0);
+        OK(ortmem_kv_seq_swap_in(s));
+        ortmem_kv_stats st = kv_stats(e.cache);
+        cr_assert_eq(st.committed_bytes, ev.committed_bytes, "%s: %llu, the live granules %llu",
+                     what, (unsigned long long)st.committed_bytes,
+                     (unsigned long long)ev.committed_bytes);
+        cr_assert_lt(st.overcommit_bytes, e.fragments * G, "under a granule per fragment");
+        cr_assert_eq(bad_bytes(&e, s, 0, 1100, 41), 0, "%s: byte for byte", what);
+        OK(ortmem_kv_seq_append(s, 100));
+        write_tokens(&e, s, 1100, 1200, 42);
+        cr_assert_eq(bad_bytes(&e, s, 0, 1100, 41), 0);
+        cr_assert_eq(bad_bytes(&e, s, 1100, 1200, 42), 0);
+        OK(ortmem_kv_seq_destroy(s));
+        env_close(&e);
+    }
+}
