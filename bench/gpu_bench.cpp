@@ -13,7 +13,9 @@
 //                        handle per granule through ortmem, and vs the raw
 //                        driver's one handle (create+map+set-access+unmap+release)
 //   gpu_kv_growth_*      a 7B-class KV cache grown from 1K to 128K tokens,
-//                        stable (commit on demand) vs bucket (copy)
+//                        stable (commit on demand) vs bucket (copy); per
+//                        layout, stable over geometric extents vs one handle
+//                        per granule
 //   gpu_arena_trace      the arena_mixed_trace trace through the arena on the
 //                        device vs cuMemAlloc/cuMemFree per allocation
 //
@@ -695,6 +697,12 @@ struct KvVariant {
     unsigned batch;
     ortmem_kv_strategy strategy;
     bool pooled; // pool cap unbounded and warmed by one untimed growth
+    // Stable growth's extent policy: GEOMETRIC (the default, 32 MiB cap) or
+    // GRANULE (one handle per granule, the baseline).
+    ortmem_extent_growth growth = ORTMEM_EXTENT_GEOMETRIC;
+    // The preset's layout (head-major) unless set.
+    bool set_layout = false;
+    ortmem_kv_layout layout = ORTMEM_KV_HEAD_MAJOR;
 };
 
 struct Growth {
@@ -795,6 +803,14 @@ void kv_growth(benchmark::State &state, KvVariant variant)
     options.strategy = variant.strategy;
     options.max_context = max_tokens;
     options.max_sequences = variant.batch;
+    options.extents.growth = variant.growth;
+    if (variant.set_layout)
+        options.geometry.layout = variant.layout;
+    size_t granule = 0;
+    if (!ok_or_skip(state, ortmem_backend_granule(backend.get(), &granule),
+                    "ortmem_backend_granule"))
+        return;
+    options.geometry.granule = granule; // the growth model below needs it
     ortmem_kv_cache *raw_cache = nullptr;
     if (!ok_or_skip(state, ortmem_kv_cache_create(authority.get(), &options, &raw_cache),
                     "ortmem_kv_cache_create"))
@@ -843,6 +859,24 @@ void kv_growth(benchmark::State &state, KvVariant variant)
     state.counters["generations_bumped"] =
         static_cast<double>(kv_after.generations_bumped - kv_before.generations_bumped) /
         iterations;
+    // Over-commit: measured at the end of the growth (committed - live of
+    // the sequences plus the zero granule, none here) against the cache's
+    // bound; the largest over the growth is the model's
+    // (ortmem_kv_growth_evaluate: stats after every append would be timed).
+    state.counters["overcommit_bytes_final"] = static_cast<double>(growth.at_end.overcommit_bytes);
+    state.counters["overcommit_bound_bytes"] =
+        static_cast<double>(growth.at_end.overcommit_bound_bytes);
+    if (variant.strategy == ORTMEM_KV_STABLE) {
+        ortmem_kv_growth_cost cost{};
+        cost.struct_size = sizeof cost;
+        ortmem_extent_policy policy = options.extents;
+        if (ortmem_kv_growth_evaluate(&options.geometry, &policy, max_tokens, kKvAppendTokens,
+                                      kKvAppendTokens, max_tokens, &cost) == ORTMEM_OK) {
+            state.counters["overcommit_max_bytes_model"] =
+                static_cast<double>(cost.overcommit_max_bytes);
+            state.counters["extents_model"] = static_cast<double>(cost.extents);
+        }
+    }
 }
 
 void register_kv_benchmarks()
@@ -864,6 +898,31 @@ void register_kv_benchmarks()
                 strategy == ORTMEM_KV_STABLE ? "ortmem_stable" : "baseline_bucket";
             KvVariant kv{scenario.batch, strategy, scenario.pooled};
             benchmark::RegisterBenchmark((std::string(scenario.name) + variant).c_str(), kv_growth,
+                                         kv)
+                ->Unit(benchmark::kMillisecond)
+                ->UseManualTime()
+                ->Iterations(1);
+        }
+    }
+    // Stable growth per extent policy, per layout (the preset's geometry with
+    // the layout chosen): one sequence, 1K -> 128K, unpooled, so every extent
+    // is a cuMemCreate. The fragments per layout (224 x 32 MiB head-major,
+    // 56 x 128 MiB seq-major, one of 7 GiB token-major) set how far the
+    // geometric tail grows before the cap (docs/memory/KV_GEOMETRY.md).
+    const struct {
+        const char *name;
+        ortmem_kv_layout layout;
+    } layouts[] = {
+        {"gpu_kv_growth_batch1_head/", ORTMEM_KV_HEAD_MAJOR},
+        {"gpu_kv_growth_batch1_seq/", ORTMEM_KV_SEQ_MAJOR},
+        {"gpu_kv_growth_batch1_token/", ORTMEM_KV_TOKEN_MAJOR},
+    };
+    for (const auto &layout : layouts) {
+        for (ortmem_extent_growth growth : {ORTMEM_EXTENT_GEOMETRIC, ORTMEM_EXTENT_GRANULE}) {
+            std::string variant = growth == ORTMEM_EXTENT_GEOMETRIC ? "ortmem_stable_geometric"
+                                                                    : "baseline_stable_per_granule";
+            KvVariant kv{1, ORTMEM_KV_STABLE, false, growth, true, layout.layout};
+            benchmark::RegisterBenchmark((std::string(layout.name) + variant).c_str(), kv_growth,
                                          kv)
                 ->Unit(benchmark::kMillisecond)
                 ->UseManualTime()

@@ -39,6 +39,15 @@ SCENARIOS = [
      "time for the whole growth"),
     ("gpu_kv_growth_batch1_pooled", "KV growth, one sequence, pool warmed by one untimed "
      "growth (no cuMemCreate/cuMemRelease in the timed growth)", "time for the whole growth"),
+    ("gpu_kv_growth_batch1_head", "KV growth 1K → 128K tokens, one sequence, head-major "
+     "(224 fragments of 32 MiB): stable over geometric extents vs one handle per granule",
+     "time for the whole growth"),
+    ("gpu_kv_growth_batch1_seq", "KV growth 1K → 128K tokens, one sequence, seq-major "
+     "(56 fragments of 128 MiB): stable over geometric extents vs one handle per granule",
+     "time for the whole growth"),
+    ("gpu_kv_growth_batch1_token", "KV growth 1K → 128K tokens, one sequence, token-major "
+     "(one fragment of 7 GiB): stable over geometric extents vs one handle per granule",
+     "time for the whole growth"),
     ("gpu_arena_trace", "The arena_mixed_trace allocation trace on the device: ortmem arena vs "
      "cuMemAlloc/cuMemFree and PyTorch's caching allocator", "time per replay of the trace"),
 ]
@@ -63,6 +72,9 @@ KV_COLUMNS = [
     ("live_bytes_final", "live at the end"),
     ("growth_copied_bytes", "copied"),
     ("generations_bumped", "generations"),
+    ("overcommit_bytes_final", "over-commit at the end"),
+    ("overcommit_max_bytes_model", "over-commit max (model)"),
+    ("overcommit_bound_bytes", "over-commit bound"),
     CALLS,
     ("copy_calls", "copies"),
     ("pool_hits", "pool hits"),
@@ -321,6 +333,23 @@ def targets(entries):
     else:
         lines.append("| gpu_extent_1gib | one extent ≥ 50× faster than per granule | not measured "
                      "| n/a |")
+    for layout in ("head", "seq", "token"):
+        prefix = f"gpu_kv_growth_batch1_{layout}"
+        geometric = find(entries, prefix, "ortmem_stable_geometric")
+        granule = find(entries, prefix, "baseline_stable_per_granule")
+        a = geometric.median_ns("real") if geometric else None
+        b = granule.median_ns("real") if granule else None
+        if a and b:
+            creates = (median_counter(granule, "create_calls"),
+                       median_counter(geometric, "create_calls"))
+            handles = (f"; creates {creates[0]:.0f} vs {creates[1]:.0f}"
+                       if None not in creates else "")
+            lines.append(f"| {prefix} | stable growth over extents ≥ 5× faster than one handle "
+                         f"per granule | {format_time(b)} / {format_time(a)} = {b / a:.1f}×"
+                         f"{handles} | {'met' if b >= 5 * a else 'missed'} |")
+        else:
+            lines.append(f"| {prefix} | stable per granule / stable geometric ≥ 5× | not "
+                         f"measured | n/a |")
     per = median_counter(find(entries, "gpu_run64_commit", "baseline_raw_access_per_granule"),
                          "set_access_us_per_granule")
     batched = median_counter(find(entries, "gpu_run64_commit", "baseline_raw_access_batched"),

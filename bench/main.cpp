@@ -15,6 +15,12 @@
 
 namespace ortmem_bench
 {
+// bench/kv_bench.cpp: stable KV growth over extents against one extent per granule.
+void register_kv_cpu_benchmarks();
+} // namespace ortmem_bench
+
+namespace ortmem_bench
+{
 
 namespace
 {
@@ -133,6 +139,7 @@ int main(int argc, char **argv)
     ortmem_bench::register_granule_benchmarks();
     ortmem_bench::register_arena_benchmarks();
     ortmem_bench::register_governance_benchmarks();
+    ortmem_bench::register_kv_cpu_benchmarks();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

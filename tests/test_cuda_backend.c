@@ -567,6 +567,8 @@ Test(cuda_fake, kv_cache_stable_growth_keeps_pointers_and_matches_the_geometry)
     o.geometry.layout = ORTMEM_KV_HEAD_MAJOR;
     o.strategy = ORTMEM_KV_STABLE;
     o.max_context = 4096;
+    /* The per-granule baseline: ortmem_kv_evaluate models granule windows. */
+    o.extents.growth = ORTMEM_EXTENT_GRANULE;
     ortmem_kv_cache *cache = NULL;
     OK(ortmem_kv_cache_create(a, &o, &cache));
     o.geometry.granule = FG;

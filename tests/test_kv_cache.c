@@ -53,6 +53,20 @@ static ortmem_kv_cache_options cache_options(ortmem_kv_geometry g, ortmem_kv_str
     return o;
 }
 
+/* The per-granule baseline (ORTMEM_EXTENT_GRANULE): the tests that compare
+ * the ledger with ortmem_kv_evaluate, whose committed bytes are the granule
+ * windows the live tokens touch, or count creates per granule use it. Growth
+ * over extents (the default) is checked against ortmem_kv_growth_evaluate in
+ * test_kv_extents.c. */
+static ortmem_kv_cache_options granule_options(ortmem_kv_geometry g, ortmem_kv_strategy strategy,
+                                               uint64_t max_context)
+{
+    ortmem_kv_cache_options o = cache_options(g, strategy, max_context);
+    o.extents.growth = ORTMEM_EXTENT_GRANULE;
+    o.extents.cap_bytes = 0;
+    return o;
+}
+
 /* A backend with an authority of limit bytes (and a host tier when asked). */
 static void env_open(kvt *t, uint64_t limit, int with_host)
 {
@@ -352,7 +366,7 @@ static void sweep_committed(ortmem_kv_geometry g, ortmem_kv_strategy strategy, u
 {
     kvt t;
     env_open(&t, 1024 * MiB, 0);
-    ortmem_kv_cache_options o = cache_options(g, strategy, max_context);
+    ortmem_kv_cache_options o = granule_options(g, strategy, max_context);
     o.min_bucket = min_bucket;
     cache_open(&t, o);
     ortmem_kv_seq *s = NULL;
@@ -427,7 +441,8 @@ Test(kv_cache, truncate_decommits_to_what_the_geometry_predicts_and_keeps_the_li
                 ortmem_kv_strategy strategy = strat ? ORTMEM_KV_BUCKET : ORTMEM_KV_STABLE;
                 kvt t;
                 env_open(&t, 1024 * MiB, 0);
-                cache_open(&t, cache_options(small_geometry(2, layouts[l]), strategy, contexts[c]));
+                cache_open(&t,
+                           granule_options(small_geometry(2, layouts[l]), strategy, contexts[c]));
                 tseq *q = tseq_create(&t);
                 grow(&t, q, contexts[c]);
                 uint64_t bucket_bytes = kv_stats(t.cache).committed_bytes;
@@ -472,7 +487,7 @@ Test(kv_cache, stable_growth_moves_nothing_and_keeps_pointers_and_generations)
     for (size_t l = 0; l < LAYOUT_COUNT; l++) {
         kvt t;
         env_open(&t, 1024 * MiB, 0);
-        cache_open(&t, cache_options(small_geometry(3, layouts[l]), ORTMEM_KV_STABLE, 3000));
+        cache_open(&t, granule_options(small_geometry(3, layouts[l]), ORTMEM_KV_STABLE, 3000));
         tseq *q = tseq_create(&t);
         ortmem_kv_binding before[3][2];
         for (uint32_t layer = 0; layer < 3; layer++) {
@@ -596,7 +611,7 @@ Test(kv_cache, eight_forks_own_the_prefix_once_plus_their_private_tails)
     for (size_t l = 0; l < LAYOUT_COUNT; l++) {
         kvt t;
         env_open(&t, 1024 * MiB, 0);
-        cache_open(&t, cache_options(small_geometry(2, layouts[l]), ORTMEM_KV_STABLE, 2048));
+        cache_open(&t, granule_options(small_geometry(2, layouts[l]), ORTMEM_KV_STABLE, 2048));
         tseq *parent = tseq_create(&t);
         const uint64_t n = 700;
         grow(&t, parent, n);
@@ -653,11 +668,18 @@ Test(kv_cache, eight_forks_own_the_prefix_once_plus_their_private_tails)
     }
 }
 
-static void cow_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy)
+/* Per granule the parent's rewind lands in granules the child shares, so a
+ * copy is asserted; over extents the 900-token prefill is one extent per
+ * fragment that 900 tokens do not fill, so the fork copies it instead of
+ * sharing and the rewind finds nothing shared: the bytes are checked alone. */
+static void cow_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy,
+                          ortmem_extent_growth growth)
 {
     kvt t;
     env_open(&t, 1024 * MiB, 0);
-    cache_open(&t, cache_options(small_geometry(2, layout), strategy, 2048));
+    ortmem_kv_cache_options o = cache_options(small_geometry(2, layout), strategy, 2048);
+    o.extents.growth = growth;
+    cache_open(&t, o);
     tseq *parent = tseq_create(&t);
     grow(&t, parent, 900);
     tseq *child = fork_of(parent);
@@ -669,8 +691,9 @@ static void cow_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy)
     grow(&t, parent, 400);
     assert_intact(&t, child, what);
     assert_intact(&t, parent, what);
-    cr_assert_gt(kv_stats(t.cache).cow_copied_bytes, cow0, "%s: the shared granule was copied",
-                 what);
+    if (growth == ORTMEM_EXTENT_GRANULE && strategy == ORTMEM_KV_STABLE)
+        cr_assert_gt(kv_stats(t.cache).cow_copied_bytes, cow0, "%s: the shared granule was copied",
+                     what);
 
     /* And the child does the same: the parent's bytes stay. */
     truncate_to(child, 100);
@@ -700,8 +723,9 @@ static void cow_roundtrip(ortmem_kv_layout layout, ortmem_kv_strategy strategy)
 Test(kv_cache, copy_on_write_keeps_parent_and_child_apart_in_both_directions)
 {
     for (size_t l = 0; l < LAYOUT_COUNT; l++) {
-        cow_roundtrip(layouts[l], ORTMEM_KV_STABLE);
-        cow_roundtrip(layouts[l], ORTMEM_KV_BUCKET);
+        cow_roundtrip(layouts[l], ORTMEM_KV_STABLE, ORTMEM_EXTENT_GRANULE);
+        cow_roundtrip(layouts[l], ORTMEM_KV_STABLE, ORTMEM_EXTENT_GEOMETRIC);
+        cow_roundtrip(layouts[l], ORTMEM_KV_BUCKET, ORTMEM_EXTENT_GEOMETRIC);
     }
 }
 
@@ -719,10 +743,14 @@ Test(kv_cache, bucket_fork_copies_the_partial_granules_and_commits_the_whole_buc
     cr_assert_eq(cb.capacity, pb.capacity);
     cr_assert_neq(cb.base, pb.base);
     ortmem_kv_stats st = kv_stats(t.cache);
-    cr_assert_eq(st.committed_bytes, 2 * pc - e.share_granules * G);
-    cr_assert_eq(st.shared_granules, 2 * e.share_granules);
-    cr_assert_eq(st.cow_copied_bytes, partial_live_bytes(&t.geometry, 1024, 600, true),
-                 "the live bytes of the partial granules");
+    /* A bucket is one extent (16 granules here) and a share maps whole
+     * extents only: 600 of 1024 tokens leave it cut, so the child shares
+     * nothing and copies every live byte (per granule it shared the
+     * e.share_granules whole ones and copied the partial ones). */
+    cr_assert_gt(e.share_granules, 0);
+    cr_assert_eq(st.committed_bytes, 2 * pc);
+    cr_assert_eq(st.shared_granules, 0);
+    cr_assert_eq(st.cow_copied_bytes, 600 * e.bytes_per_token, "every live byte");
     assert_intact(&t, child, "bucket fork");
     /* The child outgrows the bucket: a private copy, nothing shared. */
     grow(&t, child, 500);
@@ -851,7 +879,7 @@ Test(kv_cache, budget_refusal_mid_append_leaves_the_sequence_unchanged)
         /* Seq-major, two layers: four fragments of 256 tokens per granule. */
         kvt t;
         env_open(&t, 10 * G, 0);
-        cache_open(&t, cache_options(small_geometry(2, ORTMEM_KV_SEQ_MAJOR), strategy, 2048));
+        cache_open(&t, granule_options(small_geometry(2, ORTMEM_KV_SEQ_MAJOR), strategy, 2048));
         tseq *q = tseq_create(&t);
         grow(&t, q, 200);
         grow(&t, q, 56); /* 256: 4 granules, either way */
@@ -1186,7 +1214,7 @@ Test(kv_cache, zero_tail_reads_zeros_over_the_capacity_and_appends_replace_it)
         kvt t;
         env_open(&t, 1024 * MiB, 0);
         ortmem_kv_cache_options o =
-            cache_options(small_geometry(2, layouts[l]), ORTMEM_KV_STABLE, 2048);
+            granule_options(small_geometry(2, layouts[l]), ORTMEM_KV_STABLE, 2048);
         o.zero_tail = 1;
         cache_open(&t, o);
         ortmem_kv_eval e = evaluate(&t.geometry, 0, 2048, 0, 0);
@@ -1789,7 +1817,7 @@ Test(kv_cache, overcommit_stays_within_its_bound_through_every_operation)
             env_open(&t, 1024 * MiB, 1);
             uint64_t capacity = aligned ? 1024 : 1000;
             ortmem_kv_cache_options o =
-                cache_options(small_geometry(2, layouts[li]), ORTMEM_KV_STABLE, capacity);
+                granule_options(small_geometry(2, layouts[li]), ORTMEM_KV_STABLE, capacity);
             o.zero_tail = aligned;
             o.prefix_cache = aligned;
             cache_open(&t, o);
@@ -1859,7 +1887,8 @@ Test(kv_cache, explain_states_the_extent_policy_its_bound_and_the_growth_cost)
     ortmem_kv_cache_options o =
         cache_options(small_geometry(2, ORTMEM_KV_HEAD_MAJOR), ORTMEM_KV_STABLE, 4096);
     cr_assert_eq(o.extents.struct_size, sizeof o.extents);
-    cr_assert_eq(o.extents.growth, ORTMEM_EXTENT_GRANULE, "per granule until growth uses extents");
+    cr_assert_eq(o.extents.growth, ORTMEM_EXTENT_GEOMETRIC, "growth over extents by default");
+    cr_assert_eq(o.extents.cap_bytes, ORTMEM_EXTENT_CAP_DEFAULT);
     o.extents.growth = ORTMEM_EXTENT_GEOMETRIC;
     o.extents.cap_bytes = 256 * KiB; /* 4 granules */
     cache_open(&t, o);
@@ -1920,7 +1949,7 @@ Test(kv_cache, explain_of_a_bucket_cache_names_the_policy_only)
     cache_open(&t, o);
     char text[2048];
     OK(ortmem_kv_cache_explain(t.cache, NULL, text, sizeof text));
-    cr_assert(strstr(text, "bucket was asked for. Extent policy granule: it applies to stable "
+    cr_assert(strstr(text, "bucket was asked for. Extent policy geometric: it applies to stable "
                            "growth; bucket sequences commit whole buckets"),
               "%s", text);
     cr_assert_null(strstr(text, "extents:"), "%s", text);

@@ -125,8 +125,9 @@ ORTMEM_API ortmem_status ortmem_kv_capacity(const ortmem_kv_geometry *geometry,
 
 /* ---- Growth over extents ----------------------------------------------------
  * What growing one stable sequence costs under an extent policy: a pure model
- * of the commits, laid fragment by fragment in ascending offset with
- * ortmem_extent_layout (below = the last extent laid at that fragment's tail,
+ * of the commits (the cache's stable growth lays these extents), laid
+ * fragment by fragment in ascending offset with ortmem_extent_layout
+ * (below = the last extent laid at that fragment's tail,
  * room = up to the fragment's granule window end or the next committed
  * granule, need = the granules the new tokens touch that are not committed).
  * A granule two fragments share is committed once, by the first that needs it.
@@ -192,9 +193,10 @@ typedef struct ortmem_kv_cache_options {
     int priority;                 /* of the cache's holders */
     ortmem_backend *host_backend; /* swap tier; NULL = no swap */
     uint64_t stream;              /* bucket growth copies on this stream (0 = default) */
-    ortmem_extent_policy extents; /* stable growth's extent policy [GRANULE]; stored and
-                                     reported: growth commits per granule until the region
-                                     commits extents (docs/memory/KV_CACHE.md) */
+    ortmem_extent_policy extents; /* stable growth's extent policy [GEOMETRIC, 32 MiB cap]:
+                                     each append commits the extents it lays per fragment
+                                     (docs/memory/KV_GEOMETRY.md "Growth over extents");
+                                     ORTMEM_EXTENT_GRANULE = the per-granule baseline */
 } ortmem_kv_cache_options;
 
 #define ORTMEM_KV_CACHE_OPTIONS_INIT                                                               \
@@ -202,7 +204,7 @@ typedef struct ortmem_kv_cache_options {
         sizeof(ortmem_kv_cache_options), ORTMEM_KV_GEOMETRY_INIT, ORTMEM_KV_AUTO, 0, 0, 0, 0, 0,   \
             0, 0, 0, NULL, 0,                                                                      \
         {                                                                                          \
-            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GRANULE, 0                                 \
+            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GEOMETRIC, ORTMEM_EXTENT_CAP_DEFAULT       \
         }                                                                                          \
     }
 
@@ -248,16 +250,18 @@ ORTMEM_API ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *cache
  * effect, but a granule or VA on the way was quarantined (the old bucket, a
  * copy-on-write scratch range). */
 ORTMEM_API ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *seq, uint64_t tokens);
-/* Rewinds to length tokens; stable sequences decommit the granules that hold
- * no live byte any more. Once granules were decommitted the truncate has taken
- * effect: ORTMEM_E_QUARANTINED or a failure to map the zero tail over them is
- * reported with the new length in force (the tail is mapped again by the next
- * append or truncate). */
+/* Rewinds to length tokens; stable sequences decommit the extents that hold
+ * no live byte any more (an extent the new length cuts stays committed, its
+ * bytes past the end as they were). Once extents were decommitted the
+ * truncate has taken effect: ORTMEM_E_QUARANTINED or a failure to map the
+ * zero tail over them is reported with the new length in force (the tail is
+ * mapped again by the next append or truncate). */
 ORTMEM_API ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *seq, uint64_t length);
-/* A child with the parent's tokens: every granule wholly holding live bytes is
- * shared read-only (no new owned bytes), partial granules are copied. Writes
- * after the fork never leak between the two (appends copy shared granules
- * first). */
+/* A child with the parent's tokens: every extent that holds live bytes only
+ * is shared read-only (no new owned bytes); the live granules of an extent
+ * the length cuts are committed for the child and their live bytes copied.
+ * Writes after the fork never leak between the two (appends copy shared
+ * extents first). */
 ORTMEM_API ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *seq, ortmem_kv_seq **child);
 /* ORTMEM_E_QUARANTINED: destroyed, but its granules were quarantined. */
 ORTMEM_API ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *seq);

@@ -85,74 +85,6 @@ ortmem_status om_kv_live_bytes_per_granule(const ortmem_kv_cache *c, uint64_t ca
     return ORTMEM_OK;
 }
 
-ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_region *src,
-                                 uint64_t cap, uint64_t tokens, bool copy_partial, uint64_t *shared)
-{
-    uint64_t g = c->geometry.granule;
-    size_t granules = ortmem_region_size(src) / g;
-    uint64_t *live = om_calloc(granules ? granules : 1, sizeof *live);
-    ortmem_range *partial = om_calloc(granules ? granules : 1, sizeof *partial);
-    if (!live || !partial) {
-        om_free(live);
-        om_free(partial);
-        return OM_ERR(ORTMEM_E_NOMEM, "kv share: bookkeeping for %zu granules", granules);
-    }
-    ortmem_status st = om_kv_live_bytes_per_granule(c, cap, tokens, live, granules);
-    size_t partial_count = 0;
-    uint64_t whole = 0;
-    for (size_t k = 0; st == ORTMEM_OK && k < granules;) {
-        if (live[k] != g) {
-            if (live[k])
-                partial[partial_count++] = (ortmem_range){k * g, g};
-            k++;
-            continue;
-        }
-        size_t run = 1;
-        while (k + run < granules && live[k + run] == g)
-            run++;
-        /* Whole granules are mapped, not copied: read-only, owned once. */
-        st = ortmem_region_share(dst, k * g, src, k * g, run * g, ORTMEM_ACCESS_READ);
-        whole += run;
-        k += run;
-    }
-    if (st == ORTMEM_OK && copy_partial && partial_count) {
-        st = ortmem_region_commit_ranges(dst, partial, partial_count);
-        /* Copy only the live bytes of the partial granules: a whole-granule
-         * copy would read (and fault in) pages nobody wrote. The copies run
-         * on the cache's stream and are waited for before returning. */
-        uint8_t *to = ortmem_region_base(dst), *from = ortmem_region_base(src);
-        uint64_t copied = 0;
-        for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
-            uint64_t off, len;
-            st = om_kv_fragment(c, cap, f, &off, &len);
-            uint64_t end = off + tokens * c->contig;
-            for (uint64_t k = off / g; st == ORTMEM_OK && k < granules && k * g < end; k++) {
-                if (live[k] == g || live[k] == 0)
-                    continue;
-                uint64_t lo = k * g > off ? k * g : off;
-                uint64_t hi = (k + 1) * g < end ? (k + 1) * g : end;
-                st = ortmem_backend_copy_async(c->backend, to + lo, from + lo, (size_t)(hi - lo),
-                                               c->stream);
-                copied += st == ORTMEM_OK ? hi - lo : 0;
-            }
-        }
-        if (copied) {
-            ortmem_status wait = om_kv_stream_wait(c->backend, c->stream);
-            st = st == ORTMEM_OK ? wait : st;
-        }
-        if (st == ORTMEM_OK) {
-            pthread_mutex_lock(&c->lock);
-            c->cow_copied += copied;
-            pthread_mutex_unlock(&c->lock);
-        }
-    }
-    om_free(live);
-    om_free(partial);
-    if (shared)
-        *shared = whole;
-    return st;
-}
-
 /* ---- zero tail ---- */
 
 ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s)
@@ -480,8 +412,9 @@ static void om_explain_growth(ortmem_kv_cache *c, char *out, size_t capacity)
     int n =
         snprintf(out, capacity,
                  ". Stable growth: extent policy %s, largest extent %llu granules of %llu "
-                 "bytes; it is stored and modelled, and growth commits per granule until the "
-                 "region commits extents. Over-commit bound: committed - live <= %llu bytes "
+                 "bytes; appends commit the extents it lays per fragment, an append inside "
+                 "committed extents makes no backend call. Over-commit bound: committed - live "
+                 "<= %llu bytes "
                  "per stable sequence (%llu fragments, each at most its largest extent, plus "
                  "a granule per fragment base off the granule)%s",
                  om_growth_name(c->extents.growth), (unsigned long long)cap, (unsigned long long)g,

@@ -58,7 +58,7 @@ struct ortmem_kv_cache {
     bool zero_tail, prefix_cache;
     ortmem_backend *host_backend;
     uint64_t stream;              /* bucket growth copies are ordered on it */
-    ortmem_extent_policy extents; /* stable growth's extent policy (stored, reported) */
+    ortmem_extent_policy extents; /* stable growth's extent policy */
     uint64_t overcommit_bound;    /* of one stable sequence at max_context under it */
     ortmem_region *zero;          /* one zeroed read-only granule (zero tail) */
     ortmem_kv_seq *seqs;
@@ -83,8 +83,11 @@ ortmem_status om_kv_token_ranges(const ortmem_kv_cache *c, uint64_t cap, uint64_
  * `tokens` are live: fills live[] (granule count entries, zeroed by caller). */
 ortmem_status om_kv_live_bytes_per_granule(const ortmem_kv_cache *c, uint64_t cap, uint64_t tokens,
                                            uint64_t *live, size_t granules);
-/* Maps src's granules that are wholly live for `tokens` into dst read-only
- * and copies the live bytes of the others; *shared gets the granule count. */
+/* Maps src's whole extents that are wholly live for `tokens` into dst
+ * read-only (maximal runs, one share each); with copy_partial, the live
+ * granules of an extent the live end cuts are committed in dst (exact
+ * extents) and their live bytes copied (cow_copied). *shared gets the
+ * granules mapped. prefix_cache.c. */
 ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_region *src,
                                  uint64_t cap, uint64_t tokens, bool copy_partial,
                                  uint64_t *shared);
@@ -92,6 +95,12 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
  * sequence region (after commits), or unmaps it from [from, to) tokens. */
 ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s);
 ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to);
+/* Commits the unmapped granules ranges touch in exact extents of at most
+ * cap_bytes (0 = no cap): a bucket, a swap-in (sequence.c). */
+ortmem_status om_kv_commit_exact(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                 size_t cap_bytes);
+/* The largest extent the cache's policy lays, in bytes (0 = none fits a size_t). */
+size_t om_kv_extent_cap_bytes(const ortmem_kv_cache *c);
 /* Returns once the work enqueued on stream so far has completed (one event). */
 ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream);
 

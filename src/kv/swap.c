@@ -35,17 +35,23 @@ static ortmem_status om_copy_live(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_r
     return st;
 }
 
-/* The live ranges of s (stable) or the whole bucket. */
+/* The live ranges of s (stable) or the whole bucket, in exact extents: a
+ * stable sequence's device extents of at most the policy's cap (so committed
+ * - live stays under a granule per fragment), the host tier's and a bucket's
+ * one per run. */
 static ortmem_status om_commit_live(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_region *r)
 {
-    if (c->strategy == ORTMEM_KV_BUCKET)
-        return ortmem_region_commit(r, 0, ortmem_region_size(r));
+    if (c->strategy == ORTMEM_KV_BUCKET) {
+        ortmem_range whole = {0, ortmem_region_size(r)};
+        return om_kv_commit_exact(r, &whole, 1, 0);
+    }
     ortmem_range *ranges = om_calloc(c->fragments, sizeof *ranges);
     if (!ranges)
         return OM_ERR(ORTMEM_E_NOMEM, "kv swap: ranges");
     ortmem_status st = om_kv_token_ranges(c, s->capacity, 0, s->length, ranges);
     if (st == ORTMEM_OK)
-        st = ortmem_region_commit_ranges(r, ranges, c->fragments);
+        st = om_kv_commit_exact(r, ranges, c->fragments,
+                                r == s->region ? om_kv_extent_cap_bytes(c) : 0);
     om_free(ranges);
     return st;
 }
