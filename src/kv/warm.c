@@ -68,16 +68,28 @@ static void om_warm_entry_free(om_warm *w)
 }
 
 /* Releases an unlinked range: the memsets of its clear complete first, then
- * every extent goes (no_pool: straight to the backend, not the pool). */
+ * every extent goes (no_pool: straight to the backend, not the pool). Only a
+ * quarantine is reported: a range is released whatever the wait says (a
+ * failed wait returns once the stream is idle or broken either way). */
 static ortmem_status om_warm_release(ortmem_kv_cache *c, om_warm *w, bool no_pool)
 {
-    ortmem_status st = w->committed ? om_kv_stream_wait(c->backend, c->stream) : ORTMEM_OK;
-    if (st == ORTMEM_OK && no_pool) {
+    if (w->committed && om_kv_stream_wait(c->backend, c->stream) != ORTMEM_OK)
+        om_error_clear();
+    /* A decommit that failed changed nothing (or quarantined, reported):
+     * the destroy unmaps and releases what is left either way. */
+    ortmem_status st = ORTMEM_OK;
+    if (no_pool) {
         ortmem_range all = {0, ortmem_region_size(w->region)};
         st = ortmem_region_decommit_ex(w->region, &all, 1, ORTMEM_DECOMMIT_NO_POOL);
+        if (st != ORTMEM_E_QUARANTINED)
+            st = ORTMEM_OK;
     }
+    om_error_saved quarantine;
+    om_error_save(&quarantine);
     ortmem_status dst = ortmem_region_destroy(w->region);
-    st = st == ORTMEM_OK ? dst : st;
+    if (dst == ORTMEM_OK && st != ORTMEM_OK)
+        dst = om_error_restore(&quarantine, st);
+    st = dst;
     if (w->prefix)
         om_prefix_unref(c, w->prefix);
     om_warm_entry_free(w);
