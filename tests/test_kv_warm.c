@@ -488,6 +488,32 @@ Test(kv_warm, limits_keep_the_newest_ranges_and_zero_bytes_turns_warm_ranges_off
     env_close(&t);
 }
 
+Test(kv_warm, a_create_refused_by_the_sequence_limit_leaves_the_warm_ranges_be)
+{
+    kvw t;
+    ortmem_kv_cache_options o = warm_options(ORTMEM_KV_TOKEN_MAJOR);
+    o.max_sequences = 2;
+    env_open(&t, 256 * G, o);
+    ortmem_kv_seq *parent = NULL, *child = NULL, *plain = NULL, *refused = NULL;
+    OK(ortmem_kv_seq_create(t.cache, &parent));
+    OK(ortmem_kv_seq_append(parent, 100));
+    OK(ortmem_kv_seq_fork(parent, &child));
+    OK(ortmem_kv_seq_destroy(child));          /* a fork's range goes warm */
+    OK(ortmem_kv_seq_create(t.cache, &plain)); /* not of its kind: cold */
+    ortmem_kv_stats before = kv_stats(t.cache);
+    cr_assert_eq(before.warm_ranges, 1);
+    EXPECT_STATUS(ortmem_kv_seq_fork(parent, &refused), ORTMEM_E_BUSY);
+    ortmem_kv_stats after = kv_stats(t.cache);
+    cr_assert_eq(after.warm_ranges, 1, "the refused fork kept the range warm");
+    cr_assert_eq(after.warm_hits, before.warm_hits);
+    OK(ortmem_kv_seq_destroy(plain));
+    OK(ortmem_kv_seq_fork(parent, &child));
+    cr_assert_eq(kv_stats(t.cache).warm_hits, before.warm_hits + 1);
+    OK(ortmem_kv_seq_destroy(child));
+    OK(ortmem_kv_seq_destroy(parent));
+    env_close(&t);
+}
+
 /* ---- prefix and fork ---- */
 
 Test(kv_warm, a_prefix_start_takes_a_range_that_maps_the_same_prefix_with_no_backend_call)

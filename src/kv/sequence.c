@@ -86,7 +86,11 @@ static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out, om_pref
     s->cache = c;
     pthread_mutex_init(&s->lock, NULL);
     ortmem_status st = ORTMEM_OK;
-    if (c->strategy == ORTMEM_KV_STABLE)
+    /* A create the sequence limit will refuse leaves the warm ranges be. */
+    pthread_mutex_lock(&c->lock);
+    bool full = c->max_sequences && c->seq_count >= c->max_sequences;
+    pthread_mutex_unlock(&c->lock);
+    if (c->strategy == ORTMEM_KV_STABLE && !full)
         st = om_warm_take(c, s, prefix, parent, need_bytes, warm);
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && !*warm)
         st = om_seq_attach(c, s, c->max_context);
