@@ -269,7 +269,9 @@ ORTMEM_API ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *seq, uint64_t len
  * after the fork never leak between the two (appends copy shared granules
  * first). */
 ORTMEM_API ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *seq, ortmem_kv_seq **child);
-/* ORTMEM_E_QUARANTINED: destroyed, but its granules were quarantined. */
+/* A stable sequence's range may stay warm for the next sequence (see
+ * ortmem_kv_cache_options). ORTMEM_E_QUARANTINED: destroyed, but its granules,
+ * or those of a warm range released on the way, were quarantined. */
 ORTMEM_API ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *seq);
 ORTMEM_API ortmem_status ortmem_kv_seq_length(ortmem_kv_seq *seq, uint64_t *length);
 /* value 0: the K tensor of layer, 1: the V tensor. */

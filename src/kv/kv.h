@@ -124,15 +124,20 @@ uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c);
 
 /* Warm ranges (warm.c). Finish: a stable sequence being destroyed (unlinked,
  * unpinned by everyone else) gives its region to the warm list when it may;
- * true when it did (s->region and s->prefix are then the list's). Take: gives
+ * true when it did (s->region and s->prefix are then the list's); *evicted:
+ * ORTMEM_E_QUARANTINED when an older range released over the limits
+ * quarantined. Forget and finish report only quarantines. Take: gives
  * s (new, no region yet) a warm range of the kind asked for — plain (source
  * NULL), a prefix start (prefix set) or a fork (parent set, locked) — best
  * fit for need_bytes of private committed bytes (UINT64_MAX: unknown, the
  * largest), with no backend call for a plain one; *taken false when none fits
  * (s unchanged). */
-bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s);
+bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted);
 ortmem_status om_warm_take(ortmem_kv_cache *c, ortmem_kv_seq *s, om_prefix *prefix,
                            ortmem_kv_seq *parent, uint64_t need_bytes, bool *taken);
+/* A sequence whose region goes: the warm fork ranges of that parent can
+ * never be taken again (a region id is never reused) and are released. */
+ortmem_status om_warm_forget_source(ortmem_kv_cache *c, ortmem_region *parent);
 uint64_t om_warm_pressure(void *user, uint64_t want_bytes);
 /* Releases every warm range (teardown). */
 ortmem_status om_warm_free_all(ortmem_kv_cache *c);

@@ -210,12 +210,21 @@ ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *s)
     }
     ortmem_kv_cache *c = s->cache;
     om_seq_unlink(c, s);
-    /* A range kept warm (with its prefix reference) is the list's now. */
-    (void)om_warm_finish(c, s);
+    /* Warm forks of it can never be taken again; a range kept warm (with its
+     * prefix reference) is the list's now. */
+    ortmem_status forgot = om_warm_forget_source(c, s->region), evicted = ORTMEM_OK;
+    om_error_saved warm_failure = {""};
+    if (forgot != ORTMEM_OK)
+        om_error_save(&warm_failure);
+    (void)om_warm_finish(c, s, &evicted);
+    if (evicted != ORTMEM_OK)
+        om_error_save(&warm_failure);
     if (s->prefix)
         om_prefix_unref(c, s->prefix);
     st = om_seq_free(s);
     om_handle_end_destroy();
+    if (st == ORTMEM_OK && warm_failure.detail[0])
+        st = ortmem_error_set(ORTMEM_E_QUARANTINED, "kv sequence destroy: %s", warm_failure.detail);
     return st;
 }
 

@@ -96,6 +96,30 @@ static ortmem_status om_warm_release(ortmem_kv_cache *c, om_warm *w, bool no_poo
     return st;
 }
 
+/* Releases a list of unlinked ranges (next-linked) to the pool, counting what
+ * kv-warm gave back; ORTMEM_E_QUARANTINED (with its detail) when one
+ * quarantined. */
+static ortmem_status om_warm_release_list(ortmem_kv_cache *c, om_warm *gone)
+{
+    om_error_saved quarantine = {""};
+    while (gone) {
+        om_warm *next = gone->next;
+        uint64_t before = om_warm_owned(c);
+        if (om_warm_release(c, gone, false) == ORTMEM_E_QUARANTINED)
+            om_error_save(&quarantine);
+        uint64_t after = om_warm_owned(c);
+        pthread_mutex_lock(&c->lock);
+        c->warm_reclaimed += before > after ? before - after : 0;
+        pthread_mutex_unlock(&c->lock);
+        gone = next;
+    }
+    om_error_clear();
+    if (quarantine.detail[0])
+        return ortmem_error_set(ORTMEM_E_QUARANTINED, "kv warm range released: %s",
+                                quarantine.detail);
+    return ORTMEM_OK;
+}
+
 /* Classifies s's granules into w->kind; false when s cannot be kept warm (a
  * granule quarantined, read-only but private, writable but shared, or shared
  * granules that are not exactly its source's). */
@@ -165,8 +189,9 @@ static ortmem_status om_warm_clear(ortmem_kv_cache *c, om_warm *w, uint64_t *cle
     return ORTMEM_OK;
 }
 
-bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s)
+bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted)
 {
+    *evicted = ORTMEM_OK;
     if (!c->warm_holder || c->strategy != ORTMEM_KV_STABLE || !s->region || s->host ||
         s->tail_missing || s->capacity != c->max_context)
         return false;
@@ -224,17 +249,7 @@ bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s)
         evict = old;
     }
     pthread_mutex_unlock(&c->lock);
-    while (evict) {
-        om_warm *next = evict->next;
-        uint64_t before = om_warm_owned(c);
-        (void)om_warm_release(c, evict, false); /* a quarantine shows in the ledger */
-        uint64_t after = om_warm_owned(c);
-        pthread_mutex_lock(&c->lock);
-        c->warm_reclaimed += before > after ? before - after : 0;
-        pthread_mutex_unlock(&c->lock);
-        evict = next;
-    }
-    om_error_clear();
+    *evicted = om_warm_release_list(c, evict);
     return true;
 }
 
@@ -368,6 +383,29 @@ ortmem_status om_warm_take(ortmem_kv_cache *c, ortmem_kv_seq *s, om_prefix *pref
         *taken = true;
         return ORTMEM_OK;
     }
+}
+
+ortmem_status om_warm_forget_source(ortmem_kv_cache *c, ortmem_region *parent)
+{
+    if (!c->warm_holder || !parent)
+        return ORTMEM_OK;
+    ortmem_range_state rs = {.struct_size = sizeof rs};
+    if (ortmem_region_range_state(parent, 0, c->geometry.granule, &rs) != ORTMEM_OK) {
+        om_error_clear();
+        return ORTMEM_OK;
+    }
+    om_warm *gone = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (om_warm *w = c->warm_head, *next; w; w = next) {
+        next = w->next;
+        if (w->source_id != rs.region_id)
+            continue;
+        om_warm_unlink(c, w);
+        w->next = gone;
+        gone = w;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return om_warm_release_list(c, gone);
 }
 
 uint64_t om_warm_pressure(void *user, uint64_t want_bytes)
