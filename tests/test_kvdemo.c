@@ -203,6 +203,13 @@ static double steady_after(const char *config, double *max)
     cr_assert_eq(after, sum, "steady state %.0f is not create + map + unmap + release %.0f", after,
                  sum);
     *max = json_number_at(steady, "per_request_max");
+    double none = json_number_at(steady, "requests_with_none");
+    double requests = json_number_at(calls, "requests_after_warmup");
+    cr_assert_leq(none, requests);
+    if (after == 0)
+        cr_assert_eq(none, requests, "no handle call: every request made none");
+    else
+        cr_assert_lt(none, requests);
     return after;
 }
 

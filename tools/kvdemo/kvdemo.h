@@ -46,6 +46,7 @@ typedef struct kd_calls {
      * ranges remove) of the requests after the warm-up, and the most one
      * of them made. */
     uint64_t steady_after, steady_max;
+    uint64_t steady_none; /* requests after the warm-up that made no handle call */
 } kd_calls;
 
 /* The handle calls counted in the steady state (kd_call_ops indices). */

@@ -434,8 +434,10 @@ static void put_json_calls(FILE *out, const kd_calls *c)
     }
     fprintf(out,
             ", \"steady_state\": {\"ops\": \"create+map+unmap+release\", \"after_warmup\": %" PRIu64
-            ", \"per_request_mean\": %.6f, \"per_request_max\": %" PRIu64 "}",
-            c->steady_after, per_request(c->steady_after, c->after_requests), c->steady_max);
+            ", \"per_request_mean\": %.6f, \"per_request_max\": %" PRIu64
+            ", \"requests_with_none\": %" PRIu64 "}",
+            c->steady_after, per_request(c->steady_after, c->after_requests), c->steady_max,
+            c->steady_none);
     fputc('}', out);
 }
 

@@ -254,6 +254,8 @@ static void kd_calls_finish(kd_state *s)
             c->steady_max = handle;
         if (i >= warm)
             c->steady_after += handle;
+        if (i >= warm && handle == 0)
+            c->steady_none++;
     }
     for (size_t k = 0; k < KD_CALL_OPS; k++) {
         c->total_all += c->total[k];
@@ -1066,12 +1068,14 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
                     ", %" PRIu64 " in the warm-up (%" PRIu64 " requests), then %.1f per "
                     "request (max %" PRIu64 ")\n"
                     "  steady state: %.1f calls per request (create, map, unmap, release; max "
-                    "%" PRIu64 "); warm ranges: %" PRIu64 " hits, %" PRIu64 " misses\n",
+                    "%" PRIu64 "; %" PRIu64 " of %" PRIu64 " requests made none); warm ranges: "
+                    "%" PRIu64 " hits, %" PRIu64 " misses\n",
                     c->total_all, c->warmup_all, c->warmup_requests,
                     c->after_requests ? (double)c->after_all / (double)c->after_requests : 0.0,
                     c->max_all,
                     c->after_requests ? (double)c->steady_after / (double)c->after_requests : 0.0,
-                    c->steady_max, r->stats.warm_hits, r->stats.warm_misses);
+                    c->steady_max, c->steady_none, c->after_requests, r->stats.warm_hits,
+                    r->stats.warm_misses);
         if (r->admission_waits || r->preemptions || r->dropped)
             fprintf(progress,
                     "  budget: %" PRIu64 " admissions waited, %" PRIu64 " preemptions, %" PRIu64
