@@ -5,6 +5,8 @@
  * prefix and of a fork's parent, pressure from another holder releasing them
  * oldest first with exact ledgers, teardown, and a fault-injection sweep over
  * warm reuse. Every assertion is on bytes and counters. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -828,4 +830,142 @@ Test(kv_warm, fault_sweep_over_warm_reuse_ends_at_the_baseline_or_the_reported_q
         (void)ortmem_backend_destroy(f);
         (void)ortmem_backend_destroy(cpu);
     }
+}
+
+/* ---- threads ----
+ * Workers create, fork, grow, check and destroy sequences while another
+ * holder's grants press on the budget: warm takes, finishes and pressure
+ * releases race. No assertion runs off the main thread: workers count. */
+
+typedef struct race {
+    kvw *t;
+    ortmem_kv_seq *parent; /* 100 tokens of seed 1, never changed */
+    ortmem_holder *other;
+    uint32_t id;
+    _Atomic uint64_t *bad, *failures, *done;
+} race;
+
+/* Rows of tokens [from, to) of s that are not seed's bytes (0: zeros). */
+static uint64_t race_check(const kvw *t, ortmem_kv_seq *s, uint64_t from, uint64_t to,
+                           uint32_t seed, bool write)
+{
+    uint64_t bad = 0;
+    for (uint32_t l = 0; l < t->geometry.layers; l++) {
+        for (int v = 0; v < 2; v++) {
+            ortmem_kv_binding b = {.struct_size = sizeof b};
+            if (ortmem_kv_seq_binding(s, l, v, &b) != ORTMEM_OK)
+                return 1;
+            for (uint32_t h = 0; h < t->geometry.kv_heads; h++) {
+                for (uint64_t tok = from; tok < to; tok++) {
+                    volatile uint8_t *row = row_at(&b, h, tok);
+                    for (uint64_t i = 0; i < t->head_bytes; i++) {
+                        uint8_t want = seed ? row_byte(seed, 2ULL * l + (uint64_t)v, h, tok, i) : 0;
+                        if (write)
+                            row[i] = want;
+                        else if (row[i] != want) {
+                            bad++;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return bad;
+}
+
+static void *race_worker(void *arg)
+{
+    race *r = arg;
+    uint64_t x = r->id * 0x9e3779b97f4a7c15ULL + 1;
+    for (int round = 0; round < 120; round++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        bool fork = round % 2;
+        uint64_t n = 10 + (x >> 33) % 300;
+        uint32_t seed = r->id * 1000 + (uint32_t)round + 2;
+        ortmem_kv_seq *s = NULL;
+        ortmem_status st =
+            fork ? ortmem_kv_seq_fork(r->parent, &s) : ortmem_kv_seq_create(r->t->cache, &s);
+        if (st != ORTMEM_OK) {
+            *r->failures += st != ORTMEM_E_BUDGET;
+            continue;
+        }
+        uint64_t base = fork ? 100 : 0;
+        if (fork)
+            *r->bad += race_check(r->t, s, 0, base, 1, false);
+        st = ortmem_kv_seq_append(s, n);
+        if (st == ORTMEM_OK) {
+            *r->bad += race_check(r->t, s, base, base + n, 0, false); /* nothing old */
+            race_check(r->t, s, base, base + n, seed, true);
+            *r->bad += race_check(r->t, s, base, base + n, seed, false);
+        } else {
+            *r->failures += st != ORTMEM_E_BUDGET;
+        }
+        *r->failures += ortmem_kv_seq_destroy(s) != ORTMEM_OK;
+    }
+    (*r->done)++;
+    return NULL;
+}
+
+static void *race_pressure(void *arg)
+{
+    race *r = arg;
+    uint64_t x = 7;
+    while (*r->done < 4) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint64_t want = (4 + (x >> 33) % 24) * G;
+        ortmem_grant *grant = NULL;
+        if (ortmem_grant_prepare(r->other, want, &grant) != ORTMEM_OK)
+            continue;
+        if (ortmem_grant_charge(grant, want) != ORTMEM_OK)
+            (*r->failures)++;
+        else if (ortmem_holder_refund(r->other, want) != ORTMEM_OK)
+            (*r->failures)++;
+    }
+    return NULL;
+}
+
+Test(kv_warm, takes_finishes_and_pressure_race_without_a_leak_or_a_stale_byte, .timeout = 120)
+{
+    kvw t;
+    env_open(&t, 48 * G, warm_options(ORTMEM_KV_SEQ_MAJOR));
+    ortmem_kv_seq *parent = NULL;
+    OK(ortmem_kv_seq_create(t.cache, &parent));
+    OK(ortmem_kv_seq_append(parent, 100));
+    cr_assert_eq(race_check(&t, parent, 0, 100, 1, true), 0);
+    ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
+    ho.name = "engine";
+    ho.priority = 10;
+    ortmem_holder *other = NULL;
+    OK(ortmem_holder_register(t.authority, &ho, &other));
+    _Atomic uint64_t bad = 0, failures = 0, done = 0;
+    race r[5];
+    pthread_t th[5];
+    for (uint32_t i = 0; i < 5; i++) {
+        r[i] = (race){&t, parent, other, i + 1, &bad, &failures, &done};
+        cr_assert_eq(pthread_create(&th[i], NULL, i < 4 ? race_worker : race_pressure, &r[i]), 0);
+    }
+    for (int i = 0; i < 5; i++)
+        pthread_join(th[i], NULL);
+    cr_assert_eq(bad, 0, "%llu rows not as written", (unsigned long long)bad);
+    cr_assert_eq(failures, 0, "%llu unexpected failures", (unsigned long long)failures);
+    cr_assert_eq(race_check(&t, parent, 0, 100, 1, false), 0);
+    ortmem_kv_stats st = kv_stats(t.cache);
+    cr_assert_gt(st.warm_hits, 0);
+    cr_assert_eq(st.sequences, 1);
+    assert_ledger_exact(&t, "after the race");
+    /* What the workers left warm goes under one more grant that needs it. */
+    cr_assert_gt(st.warm_ranges, 0);
+    uint64_t free_bytes = 48 * G - stats_of(t.backend).owned_bytes;
+    ortmem_grant *grant = NULL;
+    OK(ortmem_grant_prepare(other, free_bytes + G, &grant));
+    OK(ortmem_grant_charge(grant, free_bytes + G));
+    ortmem_kv_stats after = kv_stats(t.cache);
+    cr_assert_gt(after.warm_reclaimed_bytes, st.warm_reclaimed_bytes);
+    cr_assert_lt(after.warm_ranges, st.warm_ranges);
+    OK(ortmem_holder_refund(other, free_bytes + G)); /* the grant's bytes are not vmm's */
+    assert_ledger_exact(&t, "after pressure");
+    OK(ortmem_kv_seq_destroy(parent));
+    OK(ortmem_holder_unregister(other));
+    env_close(&t);
 }
