@@ -294,7 +294,7 @@ typedef struct ortmem_kv_stats {
     uint64_t live_tokens;
     uint64_t live_bytes; /* live tokens * bytes per token */
     uint64_t
-        committed_bytes; /* committed for the cache's sequences and prefixes, each granule once (the holders' owned bytes) */
+        committed_bytes; /* committed for the cache's sequences, prefixes and warm ranges, each granule once (the holders' owned bytes) */
     uint64_t mapped_bytes;      /* mapped by them (aliases count again) */
     uint64_t reserved_va_bytes; /* VA of the sequences' regions */
     uint64_t committed_granules;
