@@ -368,6 +368,8 @@ static void sweep_committed(ortmem_kv_geometry g, ortmem_kv_strategy strategy, u
     env_open(&t, 1024 * MiB, 0);
     ortmem_kv_cache_options o = granule_options(g, strategy, max_context);
     o.min_bucket = min_bucket;
+    o.warm_max_bytes = 0; /* about commits per length: a finished range is decommitted
+                             (warm ranges: tests/test_kv_warm.c) */
     cache_open(&t, o);
     ortmem_kv_seq *s = NULL;
     OK(ortmem_kv_seq_create(t.cache, &s));
@@ -611,7 +613,11 @@ Test(kv_cache, eight_forks_own_the_prefix_once_plus_their_private_tails)
     for (size_t l = 0; l < LAYOUT_COUNT; l++) {
         kvt t;
         env_open(&t, 1024 * MiB, 0);
-        cache_open(&t, granule_options(small_geometry(2, layouts[l]), ORTMEM_KV_STABLE, 2048));
+        ortmem_kv_cache_options o =
+            granule_options(small_geometry(2, layouts[l]), ORTMEM_KV_STABLE, 2048);
+        o.warm_max_bytes = 0; /* about shared ownership: finished forks are decommitted
+                                 (warm ranges: tests/test_kv_warm.c) */
+        cache_open(&t, o);
         tseq *parent = tseq_create(&t);
         const uint64_t n = 700;
         grow(&t, parent, n);
@@ -1639,6 +1645,10 @@ static void fault_workload(ortmem_backend *b, ortmem_kv_strategy strategy, kv_fa
         cache_options(small_geometry(2, ORTMEM_KV_SEQ_MAJOR), strategy, 1024);
     o.min_bucket = 64;
     o.host_backend = t->host;
+    /* Every injected failure must be reported: a failed clear at finish is
+     * not (the range is decommitted instead of kept warm). Warm reuse under
+     * faults: tests/test_kv_warm.c. */
+    o.warm_max_bytes = 0;
     o.zero_tail = strategy == ORTMEM_KV_STABLE;
     o.prefix_cache = strategy == ORTMEM_KV_STABLE;
     t->geometry = o.geometry;

@@ -156,7 +156,10 @@ static double check_calls(const char *config, const char *op, double after_reque
 
 Test(kvdemo, backend_calls_per_request_add_up_to_the_backends_total)
 {
-    const char *args[] = {SMALL, "--system-prompt", "300", "--warmup", "5", "--json", NULL};
+    /* Warm ranges off: every request commits granules of its own (warm
+     * ranges: warm_ranges_... below). */
+    const char *args[] = {SMALL, "--system-prompt", "300", "--warmup", "5", "--warm",
+                          "off", "--json",          NULL};
     child_result r = kvdemo(args);
     cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
     cr_assert_not_null(strstr(r.out, "\"warmup\": 5}"), "no warmup in the workload:\n%.1500s",
@@ -173,12 +176,91 @@ Test(kvdemo, backend_calls_per_request_add_up_to_the_backends_total)
         for (size_t k = 0; k < 5; k++)
             sum += check_calls(c[i], ops[k], after_requests);
         cr_assert_eq(check_calls(c[i], "all", after_requests), sum, "all is not the five summed");
-        /* Today every request commits granules of its own (no warm mappings). */
+        /* Without warm ranges every request commits granules of its own. */
         const char *create = strstr(strstr(c[i], "\"backend_calls\""), "\"create\": {");
         cr_assert_gt(json_number_at(create, "total"), 0, "%.300s", create);
         cr_assert_gt(json_number_at(create, "after_warmup"), 0, "%.300s", create);
     }
     child_result_free(&r);
+}
+
+/* The steady state of one configuration: create + map + unmap + release
+ * after the warm-up, checked against the five operations' own counts. */
+static double steady_after(const char *config, double *max)
+{
+    const char *calls = strstr(config, "\"backend_calls\": {");
+    cr_assert_not_null(calls);
+    const char *steady = strstr(calls, "\"steady_state\": {");
+    cr_assert_not_null(steady, "no steady_state in:\n%.1500s", calls);
+    double sum = 0;
+    static const char *const handle_ops[] = {"create", "map", "unmap", "release"};
+    for (size_t k = 0; k < 4; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "\"%s\": {", handle_ops[k]);
+        sum += json_number_at(strstr(calls, key), "after_warmup");
+    }
+    double after = json_number_at(steady, "after_warmup");
+    cr_assert_eq(after, sum, "steady state %.0f is not create + map + unmap + release %.0f", after,
+                 sum);
+    *max = json_number_at(steady, "per_request_max");
+    double none = json_number_at(steady, "requests_with_none");
+    double requests = json_number_at(calls, "requests_after_warmup");
+    cr_assert_leq(none, requests);
+    if (after == 0)
+        cr_assert_eq(none, requests, "no handle call: every request made none");
+    else
+        cr_assert_lt(none, requests);
+    return after;
+}
+
+/* Warm ranges (on by default): a stable cache keeps finished ranges mapped
+ * and the next sequence of the same kind takes one with no create, map,
+ * unmap or release. Bucket caches keep none. Without sharing, head-major's
+ * ranges all commit the same granules (every fragment's first two), so
+ * after the warm-up no request makes a handle call at all; elsewhere a
+ * request longer than any free range, or of a kind more of which are live
+ * than the warm-up saw, still commits. */
+Test(kvdemo, warm_ranges_cut_the_steady_state_handle_calls_and_leave_none_where_ranges_fit)
+{
+    for (int sharing = 0; sharing < 2; sharing++) {
+        const char *prompt = sharing ? "300" : "0";
+        const char *on_args[] = {SMALL, "--system-prompt", prompt, "--json", NULL};
+        const char *off_args[] = {SMALL, "--system-prompt", prompt, "--warm",
+                                  "off", "--json",          NULL};
+        child_result on = kvdemo(on_args), off = kvdemo(off_args);
+        cr_assert_eq(on.status, 0, "exit %d, stderr:\n%s", on.status, on.err);
+        cr_assert_eq(off.status, 0, "exit %d, stderr:\n%s", off.status, off.err);
+        cr_assert_not_null(strstr(on.out, "\"warm\": true"));
+        cr_assert_not_null(strstr(off.out, "\"warm\": false"));
+        const char *c_on[8], *c_off[8];
+        cr_assert_eq(configurations(on.out, c_on, 8), 6);
+        cr_assert_eq(configurations(off.out, c_off, 8), 6);
+        for (size_t i = 0; i < 6; i++) {
+            bool stable = json_string_is(c_on[i], "strategy", "stable");
+            double max_on = 0, max_off = 0;
+            double steady_on = steady_after(c_on[i], &max_on);
+            double steady_off = steady_after(c_off[i], &max_off);
+            const char *warm = strstr(c_on[i], "\"warm\": {");
+            cr_assert_not_null(warm, "%.300s", c_on[i]);
+            if (!stable) {
+                cr_assert_eq(json_number_at(warm, "hits"), 0, "a bucket keeps no warm range");
+                cr_assert_eq(steady_on, steady_off, "bucket: warm ranges change nothing");
+                continue;
+            }
+            cr_assert_gt(json_number_at(warm, "hits"), 0, "%.400s", c_on[i]);
+            cr_assert_lt(steady_on, steady_off / 2,
+                         "%.300s: %.0f handle calls with warm ranges, "
+                         "%.0f without",
+                         c_on[i], steady_on, steady_off);
+            if (!sharing && json_string_is(c_on[i], "layout", "head-major"))
+                cr_assert_eq(max_on, 0,
+                             "head-major without sharing: no handle call after the "
+                             "warm-up (%.0f in one request)",
+                             max_on);
+        }
+        child_result_free(&on);
+        child_result_free(&off);
+    }
 }
 
 /* --io copy is the CUDA backend's way to the K/V bytes; on the CPU backend it
@@ -377,6 +459,7 @@ Test(kvdemo, invalid_input_is_one_line_and_exit_2)
         {"--backend", "cuda", "--io", "store"},
         {"--io", "disk", NULL, NULL},
         {"--warmup", "49", NULL, NULL},
+        {"--warm", "maybe", NULL, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[5] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};

@@ -197,21 +197,32 @@ typedef struct ortmem_kv_cache_options {
                                      each append commits the extents it lays per fragment
                                      (docs/memory/KV_GEOMETRY.md "Growth over extents");
                                      ORTMEM_EXTENT_GRANULE = the per-granule baseline */
+    /* Warm ranges (stable strategy): a finished sequence's range stays mapped,
+     * cleared, on a warm list charged to the reclaimable holder "kv-warm", and
+     * a new sequence takes one with no backend call (docs/memory/KV_CACHE.md,
+     * "Warm ranges"). */
+    uint64_t warm_max_bytes;  /* committed bytes the list keeps [ORTMEM_KV_WARM_UNLIMITED:
+                                 bounded by the budget through pressure]; 0 = off */
+    uint32_t warm_max_ranges; /* ranges the list keeps [0 = max_sequences, or 64 when that
+                                 is 0] */
 } ortmem_kv_cache_options;
+
+#define ORTMEM_KV_WARM_UNLIMITED UINT64_MAX
 
 #define ORTMEM_KV_CACHE_OPTIONS_INIT                                                               \
     {                                                                                              \
         sizeof(ortmem_kv_cache_options), ORTMEM_KV_GEOMETRY_INIT, ORTMEM_KV_AUTO, 0, 0, 0, 0, 0,   \
             0, 0, 0, NULL, 0,                                                                      \
-        {                                                                                          \
-            sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GEOMETRIC, ORTMEM_EXTENT_CAP_DEFAULT       \
-        }                                                                                          \
+            {sizeof(ortmem_extent_policy), ORTMEM_EXTENT_GEOMETRIC, ORTMEM_EXTENT_CAP_DEFAULT},    \
+            ORTMEM_KV_WARM_UNLIMITED, 0                                                            \
     }
 
-/* Creates a cache on the authority's backend. It registers two holders, "kv"
- * (role kv: the sequences) and, with prefix_cache, "kv-prefix" (role kv,
- * reclaimable: under pressure it evicts unreferenced prefixes, least
- * recently used first). */
+/* Creates a cache on the authority's backend. It registers the holders "kv"
+ * (role kv: the sequences), with warm ranges (stable, warm_max_bytes > 0)
+ * "kv-warm" (role kv, priority - 2, reclaimable: under pressure it releases
+ * warm ranges, oldest first) and, with prefix_cache, "kv-prefix" (role kv,
+ * priority - 1, reclaimable: under pressure it evicts unreferenced prefixes,
+ * least recently used first). */
 ORTMEM_API ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
                                                 const ortmem_kv_cache_options *options,
                                                 ortmem_kv_cache **out);
@@ -263,7 +274,9 @@ ORTMEM_API ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *seq, uint64_t len
  * Writes after the fork never leak between the two (appends copy shared
  * extents first). */
 ORTMEM_API ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *seq, ortmem_kv_seq **child);
-/* ORTMEM_E_QUARANTINED: destroyed, but its granules were quarantined. */
+/* A stable sequence's range may stay warm for the next sequence (see
+ * ortmem_kv_cache_options). ORTMEM_E_QUARANTINED: destroyed, but its granules,
+ * or those of a warm range released on the way, were quarantined. */
 ORTMEM_API ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *seq);
 ORTMEM_API ortmem_status ortmem_kv_seq_length(ortmem_kv_seq *seq, uint64_t *length);
 /* value 0: the K tensor of layer, 1: the V tensor. */
@@ -286,7 +299,7 @@ typedef struct ortmem_kv_stats {
     uint64_t live_tokens;
     uint64_t live_bytes; /* live tokens * bytes per token */
     uint64_t
-        committed_bytes; /* committed for the cache's sequences and prefixes, each granule once (the holders' owned bytes) */
+        committed_bytes; /* committed for the cache's sequences, prefixes and warm ranges, each granule once (the holders' owned bytes) */
     uint64_t mapped_bytes;      /* mapped by them (aliases count again) */
     uint64_t reserved_va_bytes; /* VA of the sequences' regions */
     uint64_t committed_granules;
@@ -305,6 +318,12 @@ typedef struct ortmem_kv_stats {
                                         the zero granule */
     uint64_t overcommit_bound_bytes; /* their bounds (as ortmem_kv_growth_evaluate states
                                         them under the cache's policy), plus the zero granule */
+    uint64_t warm_ranges;            /* on the warm list now */
+    uint64_t warm_bytes;             /* their private committed bytes (kv-warm's owned bytes) */
+    uint64_t warm_hits;              /* sequences that started in a warm range */
+    uint64_t warm_misses;            /* stable sequences that found none and started cold */
+    uint64_t warm_reclaimed_bytes;   /* given back by warm ranges released (pressure, limits) */
+    uint64_t warm_cleared_bytes;     /* zeroed at finish so no old token is ever read */
 } ortmem_kv_stats;
 
 ORTMEM_API ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *cache, ortmem_kv_stats *stats);

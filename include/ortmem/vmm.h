@@ -640,6 +640,20 @@ ORTMEM_API ortmem_status ortmem_region_range_state(ortmem_region *region, size_t
  * the region has none. */
 ORTMEM_API ortmem_status ortmem_region_account(ortmem_region *region, ortmem_account *account);
 
+/* Moves the region's charge to account (copied and retained; the old one is
+ * dropped): its mapped bytes, and the owned bytes of every extent this region
+ * alone maps (one mapper) that the old account owns. Extents mapped elsewhere
+ * too (a shared prefix, a fork's parent or child) keep their owner. A move,
+ * never refused for budget; later commits charge account. */
+ORTMEM_API ortmem_status ortmem_region_set_account(ortmem_region *region,
+                                                   const ortmem_account *account);
+/* *same = 1 when every granule of [a_offset, +len) in a and [b_offset, +len)
+ * in b is mapped to the same extent at the same index, else 0. Offsets and
+ * len granule-aligned, len > 0. */
+ORTMEM_API ortmem_status ortmem_region_maps_same(ortmem_region *a, size_t a_offset,
+                                                 ortmem_region *b, size_t b_offset, size_t len,
+                                                 int *same);
+
 /* Exports the physical extent whose first granule holds offset (region created
  * ORTMEM_REGION_EXPORTABLE; ORTMEM_E_RANGE for an offset past the extent's
  * first granule), the whole extent, as a new file descriptor the caller owns

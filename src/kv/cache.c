@@ -218,6 +218,8 @@ static ortmem_status om_cache_free(ortmem_kv_cache *c)
     ortmem_status st = c->zero ? ortmem_region_destroy(c->zero) : ORTMEM_OK;
     om_error_saved failure;
     om_error_save(&failure);
+    if (c->warm_holder)
+        (void)ortmem_holder_unregister(c->warm_holder);
     if (c->prefix_holder)
         (void)ortmem_holder_unregister(c->prefix_holder);
     if (c->holder)
@@ -315,6 +317,15 @@ ortmem_status ortmem_kv_cache_create(ortmem_authority *authority,
     }
     if (st == ORTMEM_OK)
         st = om_register_holder(c, "kv", o.priority, NULL, &c->holder, &c->account);
+    /* Warm ranges: asked under pressure after the pool, before kv-prefix
+     * (a warm range of a prefix holds that entry). */
+    c->warm_max_bytes = o.warm_max_bytes;
+    c->warm_max_ranges = o.warm_max_ranges ? o.warm_max_ranges
+                         : o.max_sequences ? o.max_sequences
+                                           : 64;
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && c->warm_max_bytes)
+        st = om_register_holder(c, "kv-warm", o.priority - 2, om_warm_pressure, &c->warm_holder,
+                                &c->warm_account);
     if (st == ORTMEM_OK && c->prefix_cache)
         st = om_register_holder(c, "kv-prefix", o.priority - 1, om_prefix_pressure,
                                 &c->prefix_holder, &c->prefix_account);
@@ -361,8 +372,11 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
         om_handle_unpin(&c->hdr);
         return st;
     }
-    /* Gone either way; a quarantine on the way is reported. */
-    st = om_prefix_free_all(c);
+    /* Gone either way; a quarantine on the way is reported. Warm ranges go
+     * first: they hold prefix entries. */
+    st = om_warm_free_all(c);
+    ortmem_status pst = om_prefix_free_all(c);
+    st = st == ORTMEM_OK ? pst : st;
     om_error_saved failure;
     om_error_save(&failure);
     ortmem_status fst = om_cache_free(c);
@@ -453,6 +467,25 @@ static void om_explain_growth(ortmem_kv_cache *c, char *out, size_t capacity)
     (void)om_explain_cost(out + n, capacity - (size_t)n, "per granule", &granule_cost);
 }
 
+/* Appends the warm-range settings. */
+static void om_explain_warm(ortmem_kv_cache *c, char *out, size_t capacity)
+{
+    if (!c->warm_holder) {
+        snprintf(out, capacity, ". Warm ranges: off (%s)",
+                 c->strategy != ORTMEM_KV_STABLE ? "bucket sequences are not kept"
+                                                 : "warm_max_bytes is 0");
+        return;
+    }
+    char bytes[64] = "unlimited bytes (bounded by the budget through pressure)";
+    if (c->warm_max_bytes != ORTMEM_KV_WARM_UNLIMITED)
+        snprintf(bytes, sizeof bytes, "%llu bytes", (unsigned long long)c->warm_max_bytes);
+    snprintf(out, capacity,
+             ". Warm ranges: on, at most %llu ranges and %s, cleared at finish (private granules "
+             "zeroed on the cache stream), taken with no backend call; holder kv-warm releases "
+             "them oldest first under pressure",
+             (unsigned long long)c->warm_max_ranges, bytes);
+}
+
 ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *c, ortmem_kv_strategy *strategy,
                                       char *buffer, size_t capacity)
 {
@@ -466,6 +499,9 @@ ortmem_status ortmem_kv_cache_explain(ortmem_kv_cache *c, ortmem_kv_strategy *st
         int n = snprintf(buffer, capacity, "%s", c->reason);
         if (n >= 0 && (size_t)n < capacity)
             om_explain_growth(c, buffer + n, capacity - (size_t)n);
+        size_t used = strlen(buffer);
+        if (used + 1 < capacity)
+            om_explain_warm(c, buffer + used, capacity - used);
     }
     om_handle_unpin(&c->hdr);
     return ORTMEM_OK;
@@ -521,6 +557,12 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
     s.prefix_evicted = c->prefix_evicted;
     s.swaps_out = c->swaps_out;
     s.swaps_in = c->swaps_in;
+    s.warm_ranges = c->warm_count;
+    s.warm_bytes = c->warm_bytes;
+    s.warm_hits = c->warm_hits;
+    s.warm_misses = c->warm_misses;
+    s.warm_reclaimed_bytes = c->warm_reclaimed;
+    s.warm_cleared_bytes = c->warm_cleared;
     pthread_mutex_unlock(&c->lock);
     for (size_t i = 0; i < n; i++) {
         ortmem_kv_seq *q = seqs[i];
@@ -554,6 +596,7 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
     s.live_bytes = s.live_tokens * c->bytes_per_token;
     om_add_holder(c->holder, &s);
     om_add_holder(c->prefix_holder, &s);
+    om_add_holder(c->warm_holder, &s);
     s.committed_granules = s.committed_bytes / g;
     if (c->zero) { /* the zero granule holds no live byte */
         s.overcommit_bytes += g;

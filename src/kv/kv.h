@@ -14,6 +14,7 @@
 #include "core/handle.h"
 
 typedef struct om_prefix om_prefix;
+typedef struct om_warm om_warm;
 
 struct ortmem_kv_seq {
     om_handle hdr;
@@ -30,6 +31,11 @@ struct ortmem_kv_seq {
     bool *zero_mapped;    /* per granule: the zero granule is mapped there */
     bool tail_missing;    /* the last zero-tail fill failed: the next append or truncate retries */
     size_t granules;      /* of region */
+    /* What its shared granules come from, for the warm list (warm.c): a fork
+     * records the parent's region id and length, a prefix start the entry's
+     * token count (the entry itself is `prefix`). */
+    uint64_t source_id;     /* fork: the parent region's id; 0 none */
+    uint64_t source_tokens; /* tokens of the source it shares */
 };
 
 struct om_prefix {
@@ -68,6 +74,13 @@ struct ortmem_kv_cache {
     /* Counters (cache lock). */
     uint64_t growth_copied, cow_copied, generations, prefix_hits, prefix_tokens, prefix_saved,
         prefix_evicted, swaps_out, swaps_in;
+    /* Warm ranges (warm.c): finished stable ranges kept mapped, oldest first. */
+    ortmem_holder *warm_holder; /* "kv-warm"; NULL when warm ranges are off */
+    ortmem_account warm_account;
+    uint64_t warm_max_bytes, warm_max_ranges;
+    om_warm *warm_head, *warm_tail; /* cache lock */
+    uint64_t warm_count, warm_bytes, warm_hits, warm_misses, warm_reclaimed, warm_cleared;
+    uint64_t warm_seq; /* finish order */
 };
 
 /* Fragment f's byte range in a sequence of capacity cap. */
@@ -117,6 +130,26 @@ uint64_t om_prefix_pressure(void *user, uint64_t want_bytes);
 ortmem_status om_prefix_free_all(ortmem_kv_cache *c);
 /* Tokens in one block whose bytes end on a granule in every fragment. */
 uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c);
+
+/* Warm ranges (warm.c). Finish: a stable sequence being destroyed (unlinked,
+ * unpinned by everyone else) gives its region to the warm list when it may;
+ * true when it did (s->region and s->prefix are then the list's); *evicted:
+ * ORTMEM_E_QUARANTINED when an older range released over the limits
+ * quarantined. Forget and finish report only quarantines. Take: gives
+ * s (new, no region yet) a warm range of the kind asked for — plain (source
+ * NULL), a prefix start (prefix set) or a fork (parent set, locked) — best
+ * fit for need_bytes of private committed bytes (UINT64_MAX: unknown, the
+ * largest), with no backend call for a plain one; *taken false when none fits
+ * (s unchanged). */
+bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted);
+ortmem_status om_warm_take(ortmem_kv_cache *c, ortmem_kv_seq *s, om_prefix *prefix,
+                           ortmem_kv_seq *parent, uint64_t need_bytes, bool *taken);
+/* A sequence whose region goes: the warm fork ranges of that parent can
+ * never be taken again (a region id is never reused) and are released. */
+ortmem_status om_warm_forget_source(ortmem_kv_cache *c, ortmem_region *parent);
+uint64_t om_warm_pressure(void *user, uint64_t want_bytes);
+/* Releases every warm range (teardown). */
+ortmem_status om_warm_free_all(ortmem_kv_cache *c);
 
 ortmem_status om_seq_pin(ortmem_kv_seq *s, const char *what);
 void om_seq_unpin(ortmem_kv_seq *s);

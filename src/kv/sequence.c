@@ -73,16 +73,26 @@ static void om_seq_unlink(ortmem_kv_cache *c, ortmem_kv_seq *s)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* A new, empty, listed sequence; stable ones get their region. */
-static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out)
+/* A new, empty, listed sequence; stable ones get their region: a warm range
+ * of the kind asked for (prefix, fork parent or neither; *warm says so) or a
+ * cold one. */
+static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out, om_prefix *prefix,
+                                ortmem_kv_seq *parent, uint64_t need_bytes, bool *warm)
 {
+    *warm = false;
     ortmem_kv_seq *s = om_calloc(1, sizeof *s);
     if (!s)
         return OM_ERR(ORTMEM_E_NOMEM, "kv sequence create: bookkeeping");
     s->cache = c;
     pthread_mutex_init(&s->lock, NULL);
     ortmem_status st = ORTMEM_OK;
-    if (c->strategy == ORTMEM_KV_STABLE)
+    /* A create the sequence limit will refuse leaves the warm ranges be. */
+    pthread_mutex_lock(&c->lock);
+    bool full = c->max_sequences && c->seq_count >= c->max_sequences;
+    pthread_mutex_unlock(&c->lock);
+    if (c->strategy == ORTMEM_KV_STABLE && !full)
+        st = om_warm_take(c, s, prefix, parent, need_bytes, warm);
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && !*warm)
         st = om_seq_attach(c, s, c->max_context);
     if (st == ORTMEM_OK)
         st = om_handle_register(&s->hdr, OM_KIND_KV_SEQ);
@@ -136,27 +146,37 @@ ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t
     if (st != ORTMEM_OK)
         return st;
     ortmem_kv_seq *s = NULL;
-    st = om_seq_new(c, &s);
     uint64_t reused = 0;
-    om_prefix *p =
-        st == ORTMEM_OK && c->prefix_cache && count ? om_prefix_find(c, tokens, count) : NULL;
+    om_prefix *p = c->prefix_cache && count ? om_prefix_find(c, tokens, count) : NULL;
+    /* A warm range fits best when it holds the prompt's bytes already; a
+     * create without a prompt does not know its length: the largest. */
+    uint64_t need = tokens ? count * c->bytes_per_token : UINT64_MAX;
+    bool warm = false;
+    st = om_seq_new(c, &s, p, NULL, need, &warm);
+    if (st != ORTMEM_OK && p) {
+        om_prefix_unref(c, p);
+        p = NULL;
+    }
     if (p) {
         uint64_t shared = 0;
-        st = om_kv_share_prefix(c, s->region, p->region, c->max_context, p->count, false, &shared);
+        /* A warm range of this prefix maps its granules already. */
+        st = warm ? ORTMEM_OK
+                  : om_kv_share_prefix(c, s->region, p->region, c->max_context, p->count, false,
+                                       &shared);
         if (st == ORTMEM_OK) {
             s->prefix = p;
-            s->length = s->shared_upto = reused = p->count;
+            s->length = s->shared_upto = s->source_tokens = reused = p->count;
             pthread_mutex_lock(&c->lock);
             c->prefix_hits++;
             c->prefix_tokens += p->count;
-            c->prefix_saved += shared * c->geometry.granule;
+            c->prefix_saved += (warm ? p->granules : shared) * c->geometry.granule;
             pthread_mutex_unlock(&c->lock);
         } else {
             om_prefix_unref(c, p);
         }
     }
     if (st == ORTMEM_OK)
-        st = om_kv_zero_fill(c, s);
+        st = om_kv_zero_fill(c, s); /* a warm range's tail is mapped: no call */
     if (st != ORTMEM_OK && s) {
         om_error_saved failure;
         om_error_save(&failure);
@@ -190,10 +210,21 @@ ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *s)
     }
     ortmem_kv_cache *c = s->cache;
     om_seq_unlink(c, s);
+    /* Warm forks of it can never be taken again; a range kept warm (with its
+     * prefix reference) is the list's now. */
+    ortmem_status forgot = om_warm_forget_source(c, s->region), evicted = ORTMEM_OK;
+    om_error_saved warm_failure = {""};
+    if (forgot != ORTMEM_OK)
+        om_error_save(&warm_failure);
+    (void)om_warm_finish(c, s, &evicted);
+    if (evicted != ORTMEM_OK)
+        om_error_save(&warm_failure);
     if (s->prefix)
         om_prefix_unref(c, s->prefix);
     st = om_seq_free(s);
     om_handle_end_destroy();
+    if (st == ORTMEM_OK && warm_failure.detail[0])
+        st = ortmem_error_set(ORTMEM_E_QUARANTINED, "kv sequence destroy: %s", warm_failure.detail);
     return st;
 }
 
@@ -661,13 +692,21 @@ ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *s, ortmem_kv_seq **child)
     ortmem_kv_seq *k = NULL;
     if (s->host)
         st = OM_ERR(ORTMEM_E_STATE, "kv fork: the sequence is swapped out");
+    bool warm = false;
     if (st == ORTMEM_OK)
-        st = om_seq_new(c, &k);
+        st = om_seq_new(c, &k, NULL, s, UINT64_MAX, &warm);
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_BUCKET && s->region)
         st = om_seq_attach(c, k, s->capacity);
-    if (st == ORTMEM_OK && s->region && s->length) {
+    /* A warm range of this parent maps its extents and has its copies. */
+    if (st == ORTMEM_OK && s->region && s->length && !warm) {
         uint64_t shared = 0;
         st = om_kv_share_prefix(c, k->region, s->region, s->capacity, s->length, true, &shared);
+    }
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && s->region && s->length) {
+        ortmem_range_state rs = {.struct_size = sizeof rs};
+        st = ortmem_region_range_state(s->region, 0, c->geometry.granule, &rs);
+        k->source_id = rs.region_id;
+        k->source_tokens = s->length;
     }
     /* A bucket is committed whole: the rest of the region, in exact extents. */
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_BUCKET && k->region) {

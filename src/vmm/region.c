@@ -405,3 +405,103 @@ ortmem_status ortmem_region_account(ortmem_region *r, ortmem_account *account)
     om_region_unlock(r);
     return st;
 }
+
+/* ---- account move ---- */
+
+/* Whether two accounts are the same sink (the same callbacks on the same self). */
+static bool om_account_same(const om_account *a, const om_account *b)
+{
+    if (!a->set || !b->set)
+        return a->set == b->set;
+    return a->ops.self == b->ops.self && a->ops.hold == b->ops.hold &&
+           a->ops.adopt == b->ops.adopt && a->ops.refund == b->ops.refund;
+}
+
+ortmem_status ortmem_region_set_account(ortmem_region *r, const ortmem_account *account)
+{
+    om_error_clear();
+    if (!account)
+        return OM_ERR(ORTMEM_E_INVALID, "region set account: account is NULL");
+    om_account next;
+    ortmem_status st = om_account_init(&next, account, "region set account");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_region_lock(r, "region set account");
+    if (st != ORTMEM_OK) {
+        om_account_drop(&next);
+        return st;
+    }
+    /* Mapped bytes: every mapping this region holds (quarantined ones were
+     * moved to the quarantine account already). Owned bytes: the extents
+     * this region alone maps and the old account owns; an extent another
+     * region maps too keeps its owner, so no live holder loses bytes. */
+    uint64_t mapped = 0, owned = 0;
+    int64_t requested = 0;
+    for (size_t i = 0; i < r->count; i++) {
+        om_slot *s = &r->slots[i];
+        if (s->state != ORTMEM_GRANULE_MAPPED)
+            continue;
+        mapped += r->granule;
+        requested += (int64_t)s->requested_hi - (int64_t)s->requested_lo;
+        if (s->index == 0 && atomic_load(&s->phys->mappers) == 1 &&
+            om_account_same(&s->phys->owner, &r->account)) {
+            owned += s->phys->size;
+            om_phys_set_owner(s->phys, &next);
+        }
+    }
+    om_account_move(&r->account, &next, owned, mapped);
+    if (r->report_requested && requested) {
+        om_account_requested(&r->account, -requested);
+        om_account_requested(&next, requested);
+    }
+    om_account previous = r->account;
+    r->account = next;
+    om_account_drop(&previous);
+    if (r->traced)
+        om_trace_line("set_account r%llu owned %llu mapped %llu", (unsigned long long)r->id,
+                      (unsigned long long)owned, (unsigned long long)mapped);
+    om_region_unlock(r);
+    return ORTMEM_OK;
+}
+
+ortmem_status ortmem_region_maps_same(ortmem_region *a, size_t a_offset, ortmem_region *b,
+                                      size_t b_offset, size_t len, int *same)
+{
+    om_error_clear();
+    if (!same)
+        return OM_ERR(ORTMEM_E_INVALID, "region maps same: output is NULL");
+    ortmem_status st = om_handle_pin(a, OM_KIND_REGION, "region maps same");
+    if (st != ORTMEM_OK)
+        return st;
+    st = om_handle_pin(b, OM_KIND_REGION, "region maps same");
+    if (st != ORTMEM_OK) {
+        om_handle_unpin(&a->hdr);
+        return st;
+    }
+    /* Lock order between regions: by id. */
+    ortmem_region *first = a->id <= b->id ? a : b, *second = first == a ? b : a;
+    pthread_mutex_lock(&first->lock);
+    if (second != first)
+        pthread_mutex_lock(&second->lock);
+    st = om_region_check_aligned(a, a_offset, len, "region maps same");
+    if (st == ORTMEM_OK)
+        st = om_region_check_aligned(b, b_offset, len, "region maps same");
+    if (st == ORTMEM_OK && a->backend != b->backend)
+        st = OM_ERR(ORTMEM_E_INVALID, "region maps same: the regions use different backends");
+    if (st == ORTMEM_OK) {
+        int result = 1;
+        size_t n = len / a->granule, ai = a_offset / a->granule, bi = b_offset / b->granule;
+        for (size_t k = 0; result && k < n; k++) {
+            const om_slot *x = &a->slots[ai + k], *y = &b->slots[bi + k];
+            result = x->state == ORTMEM_GRANULE_MAPPED && y->state == ORTMEM_GRANULE_MAPPED &&
+                     x->phys == y->phys && x->index == y->index;
+        }
+        *same = result;
+    }
+    if (second != first)
+        pthread_mutex_unlock(&second->lock);
+    pthread_mutex_unlock(&first->lock);
+    om_handle_unpin(&b->hdr);
+    om_handle_unpin(&a->hdr);
+    return st;
+}

@@ -20,6 +20,7 @@ typedef struct kd_options {
     uint64_t device; /* CUDA ordinal */
     const char *io;  /* --io as given, NULL: the backend's default */
     bool copy_io;    /* K/V bytes through the backend's copies (device memory), not stores */
+    bool warm;       /* --warm on (default): stable caches keep finished ranges warm */
     bool warmup_set, device_set;
     uint64_t granule, requests, batch, max_context, prompt_min, prompt_max, gen_min, gen_max,
         system_tokens, seed, budget, verify_samples;
@@ -41,7 +42,15 @@ typedef struct kd_calls {
     uint64_t warmup_requests, after_requests; /* after_requests: count - warmup */
     uint64_t total[KD_CALL_OPS], warmup[KD_CALL_OPS], after[KD_CALL_OPS], max[KD_CALL_OPS];
     uint64_t total_all, warmup_all, after_all, max_all; /* the five summed (max: per request) */
+    /* Steady state: create + map + unmap + release (the handle calls warm
+     * ranges remove) of the requests after the warm-up, and the most one
+     * of them made. */
+    uint64_t steady_after, steady_max;
+    uint64_t steady_none; /* requests after the warm-up that made no handle call */
 } kd_calls;
+
+/* The handle calls counted in the steady state (kd_call_ops indices). */
+bool kd_call_is_handle(size_t op);
 
 /* plain: a prompt of its own; fork: forks the sequence holding the system
  * prompt, then prefills its own part; prefix: a prompt that starts with the
@@ -91,7 +100,7 @@ typedef struct kd_result {
     bool prefix_cache;     /* the cache kept published prefixes */
     char prefix_note[600]; /* why not, or what publishing said */
     ortmem_kv_strategy auto_strategy;
-    char explain[600]; /* an auto cache on this layout, for this workload */
+    char explain[2048]; /* an auto cache on this layout, for this workload */
     char first_corruption[300];
     char error[600]; /* an unexpected library failure ended the run */
     kd_sample *samples;

@@ -30,7 +30,7 @@ static void usage(FILE *out)
           "                     [--gen-min T] [--gen-max T] [--system-prompt T] [--seed S]\n"
           "                     [--budget SIZE] [--verify N] [--warmup N] [--json]\n"
           "                     [--plot PATH.svg] [--backend cpu|cuda] [--device N]\n"
-          "                     [--io store|copy]\n"
+          "                     [--io store|copy] [--warm on|off]\n"
           "\n"
           "KV paging on the CPU backend (or CUDA's): a serving-like workload (requests of\n"
           "varied prompt and generation lengths, continuous batching, a system prompt\n"
@@ -79,6 +79,10 @@ static void usage(FILE *out)
           "                      (the CPU default) or the backend's copies through a host\n"
           "                      staging buffer, decode tokens in batches (cuda's only\n"
           "                      way: device memory takes no stores)\n"
+          "  --warm on|off       warm ranges (default on): a stable cache keeps a finished\n"
+          "                      sequence's range mapped (cleared) and the next sequence\n"
+          "                      of its kind takes it with no create, map, unmap or\n"
+          "                      release; off: every finished range is decommitted\n"
           "  --json              one JSON object on stdout instead of progress and tables\n"
           "  --plot PATH.svg     committed MiB against the decode step for every\n"
           "                      configuration, live and unique live MiB for reference;\n"
@@ -126,6 +130,12 @@ static int apply_option(void *context, const char *name, const char *value)
         if (strcmp(value, "store") != 0 && strcmp(value, "copy") != 0)
             return fail(EXIT_USAGE, "--io '%s': not store or copy", value);
         o->io = value;
+        return 0;
+    }
+    if (strcmp(name, "--warm") == 0) {
+        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
+            return fail(EXIT_USAGE, "--warm '%s': not on or off", value);
+        o->warm = strcmp(value, "on") == 0;
         return 0;
     }
     if (strcmp(name, "--plot") == 0) {
@@ -181,7 +191,7 @@ static int parse_args(int argc, char **argv, kd_options *o, bool *help)
         "--model",         "--plot",       "--granule",    "--requests", "--batch",
         "--max-context",   "--prompt-min", "--prompt-max", "--gen-min",  "--gen-max",
         "--system-prompt", "--seed",       "--budget",     "--verify",   "--warmup",
-        "--backend",       "--device",     "--io",         NULL,
+        "--backend",       "--device",     "--io",         "--warm",     NULL,
     };
     const cli_parser parser = {"ortmem-kvdemo", flags, valued, apply_option, o};
     return cli_parse(&parser, argc, argv);
@@ -316,18 +326,24 @@ static void put_calls(FILE *out, const kd_result *results, size_t count)
     fprintf(out,
             "\nbackend calls (create, map, set-access, unmap, release; ortmem_backend_stats), "
             "warm-up: the first\n%" PRIu64 " requests and what no request made; then %" PRIu64
-            " requests, each charged with the calls its own\nlibrary calls made:\n",
+            " requests, each charged with the calls its own\nlibrary calls made; steady: "
+            "create + map + unmap + release per request after the warm-up:\n",
             c0 ? c0->warmup_requests : 0, c0 ? c0->after_requests : 0);
-    fprintf(out, "%-18s %7s %7s %7s %14s   %s\n", "", "", "", "", "per request",
+    fprintf(out, "%-18s %7s %7s %7s %14s %13s   %s\n", "", "", "", "", "per request", "steady",
             "---- per request after warm-up, mean (max) ----");
-    fprintf(out, "%-18s %7s %7s %7s %7s %6s   %-9s %-9s %-9s %-9s %s\n", "configuration", "total",
-            "warm-up", "after", "mean", "max", "create", "map", "set-acc.", "unmap", "release");
+    fprintf(out, "%-18s %7s %7s %7s %7s %6s %13s   %-9s %-9s %-9s %-9s %s\n", "configuration",
+            "total", "warm-up", "after", "mean", "max", "mean (max)", "create", "map", "set-acc.",
+            "unmap", "release");
     for (size_t i = 0; i < count; i++) {
         const kd_calls *c = &results[i].calls;
         char name[64];
         fprintf(out, "%-18s %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %7.1f %6" PRIu64 "  ",
                 config_name(&results[i], name, sizeof name), c->total_all, c->warmup_all,
                 c->after_all, per_request(c->after_all, c->after_requests), c->max_all);
+        char steady[32];
+        snprintf(steady, sizeof steady, "%.1f (%" PRIu64 ")",
+                 per_request(c->steady_after, c->after_requests), c->steady_max);
+        fprintf(out, " %13s ", steady);
         for (size_t k = 0; k < KD_CALL_OPS; k++) {
             char cell[32];
             snprintf(cell, sizeof cell, "%.1f (%" PRIu64 ")",
@@ -416,6 +432,12 @@ static void put_json_calls(FILE *out, const kd_calls *c)
                 all ? c->warmup_all : c->warmup[k], after, per_request(after, c->after_requests),
                 all ? c->max_all : c->max[k]);
     }
+    fprintf(out,
+            ", \"steady_state\": {\"ops\": \"create+map+unmap+release\", \"after_warmup\": %" PRIu64
+            ", \"per_request_mean\": %.6f, \"per_request_max\": %" PRIu64
+            ", \"requests_with_none\": %" PRIu64 "}",
+            c->steady_after, per_request(c->steady_after, c->after_requests), c->steady_max,
+            c->steady_none);
     fputc('}', out);
 }
 
@@ -434,9 +456,9 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
             "\"bytes_per_token\": %" PRIu64 ", \"granule\": %" PRIu64 ",\n",
             g->layers, g->kv_heads, g->head_dim, ortmem_kv_dtype_name(g->dtype), e.bytes_per_token,
             o->granule);
-    fprintf(out, " \"backend\": \"%s\", \"device\": %" PRIu64 ", \"io\": \"%s\",\n",
+    fprintf(out, " \"backend\": \"%s\", \"device\": %" PRIu64 ", \"io\": \"%s\", \"warm\": %s,\n",
             o->backend == KD_BACKEND_CUDA ? "cuda" : "cpu", o->device,
-            o->copy_io ? "copy" : "store");
+            o->copy_io ? "copy" : "store", o->warm ? "true" : "false");
     fprintf(out,
             " \"workload\": {\"seed\": %" PRIu64 ", \"requests\": %zu, \"plain\": %" PRIu64
             ", \"fork\": %" PRIu64 ", \"prefix\": %" PRIu64 ", \"batch\": %" PRIu64
@@ -483,7 +505,13 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
         json_string(out, r->first_corruption);
         fputs(", \"error\": ", out);
         json_string(out, r->error);
-        fprintf(out, ", \"copies\": %" PRIu64 ",\n   \"backend_calls\": ", r->copies);
+        fprintf(out,
+                ", \"copies\": %" PRIu64 ",\n   \"warm\": {\"ranges\": %" PRIu64
+                ", \"bytes\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
+                ", \"reclaimed_bytes\": %" PRIu64 ", \"cleared_bytes\": %" PRIu64 "}"
+                ",\n   \"backend_calls\": ",
+                r->copies, st->warm_ranges, st->warm_bytes, st->warm_hits, st->warm_misses,
+                st->warm_reclaimed_bytes, st->warm_cleared_bytes);
         put_json_calls(out, &r->calls);
         fputc('}', out);
     }
@@ -522,6 +550,7 @@ int main(int argc, char **argv)
         .seed = 1,
         .budget = (uint64_t)64 << 30,
         .verify_samples = 64,
+        .warm = true,
     };
     bool help = false;
     int rc = parse_args(argc, argv, &o, &help);

@@ -26,6 +26,11 @@
 const ortmem_backend_op kd_call_ops[KD_CALL_OPS] = {
     ORTMEM_OP_CREATE, ORTMEM_OP_MAP, ORTMEM_OP_SET_ACCESS, ORTMEM_OP_UNMAP, ORTMEM_OP_RELEASE};
 
+bool kd_call_is_handle(size_t op)
+{
+    return op < KD_CALL_OPS && kd_call_ops[op] != ORTMEM_OP_SET_ACCESS;
+}
+
 const char *kd_call_name(size_t op)
 {
     static const char *const names[KD_CALL_OPS] = {"create", "map", "set_access", "unmap",
@@ -230,10 +235,11 @@ static void kd_calls_finish(kd_state *s)
         c->warmup[k] = s->other[k];
     }
     for (size_t i = 0; s->charged && i < n; i++) {
-        uint64_t all = 0;
+        uint64_t all = 0, handle = 0;
         for (size_t k = 0; k < KD_CALL_OPS; k++) {
             uint64_t v = s->charged[i][k];
             all += v;
+            handle += kd_call_is_handle(k) ? v : 0;
             if (i < warm) {
                 c->warmup[k] += v;
             } else {
@@ -244,6 +250,12 @@ static void kd_calls_finish(kd_state *s)
         }
         if (i >= warm && all > c->max_all)
             c->max_all = all;
+        if (i >= warm && handle > c->steady_max)
+            c->steady_max = handle;
+        if (i >= warm)
+            c->steady_after += handle;
+        if (i >= warm && handle == 0)
+            c->steady_none++;
     }
     for (size_t k = 0; k < KD_CALL_OPS; k++) {
         c->total_all += c->total[k];
@@ -876,6 +888,11 @@ static bool kd_setup(kd_state *s, const ortmem_kv_geometry *geometry, ortmem_kv_
     opt.strategy = r->strategy;
     opt.max_context = s->o->max_context;
     opt.max_sequences = (uint32_t)(s->o->batch + 1); /* and the system prompt's */
+    /* Warm ranges: a range per live request of each kind (plain, fork,
+     * prefix) can wait on the list; the budget bounds them through
+     * pressure. --warm off: every finished range is decommitted. */
+    opt.warm_max_bytes = s->o->warm ? ORTMEM_KV_WARM_UNLIMITED : 0;
+    opt.warm_max_ranges = (uint32_t)(3 * s->o->batch);
     kd_explain_auto(s, &opt);
     /* The prefix cache where the library takes one; where it does not, its
      * reason is the note. */
@@ -1049,10 +1066,16 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
             fprintf(progress,
                     "  backend calls (create, map, set-access, unmap, release): %" PRIu64
                     ", %" PRIu64 " in the warm-up (%" PRIu64 " requests), then %.1f per "
-                    "request (max %" PRIu64 ")\n",
+                    "request (max %" PRIu64 ")\n"
+                    "  steady state: %.1f calls per request (create, map, unmap, release; max "
+                    "%" PRIu64 "; %" PRIu64 " of %" PRIu64 " requests made none); warm ranges: "
+                    "%" PRIu64 " hits, %" PRIu64 " misses\n",
                     c->total_all, c->warmup_all, c->warmup_requests,
                     c->after_requests ? (double)c->after_all / (double)c->after_requests : 0.0,
-                    c->max_all);
+                    c->max_all,
+                    c->after_requests ? (double)c->steady_after / (double)c->after_requests : 0.0,
+                    c->steady_max, c->steady_none, c->after_requests, r->stats.warm_hits,
+                    r->stats.warm_misses);
         if (r->admission_waits || r->preemptions || r->dropped)
             fprintf(progress,
                     "  budget: %" PRIu64 " admissions waited, %" PRIu64 " preemptions, %" PRIu64
