@@ -384,6 +384,7 @@ typedef struct om_grow {
     uint64_t *committed;  /* bitmap over the sequence's granules */
     om_grow_extent *laid; /* every extent, in the order laid */
     size_t laid_count, laid_capacity;
+    uint64_t laid_granules, largest_granules; /* over every extent laid */
 } om_grow;
 
 static bool om_bit(const uint64_t *map, uint64_t k)
@@ -419,6 +420,9 @@ static ortmem_status om_lay(om_grow *m, om_grow_frag *f, uint64_t first, uint64_
         m->laid_capacity = want;
     }
     m->laid[m->laid_count++] = (om_grow_extent){first, granules};
+    m->laid_granules += granules;
+    if (granules > m->largest_granules)
+        m->largest_granules = granules;
     for (uint64_t k = first; k < first + granules; k++)
         m->committed[k / 64] |= (uint64_t)1 << (k % 64);
     f->tail = first + granules;
@@ -628,11 +632,8 @@ ortmem_status ortmem_kv_growth_evaluate(const ortmem_kv_geometry *g,
         if (st != ORTMEM_OK)
             break;
         c.calls_set_access += om_runs(m.laid + before, m.laid_count - before);
-        for (size_t e = before; e < m.laid_count; e++) {
-            c.committed_bytes += m.laid[e].granules * g->granule;
-            if (m.laid[e].granules * g->granule > c.largest_extent_bytes)
-                c.largest_extent_bytes = m.laid[e].granules * g->granule;
-        }
+        c.committed_bytes = m.laid_granules * g->granule; /* <= the sequence's VA */
+        c.largest_extent_bytes = m.largest_granules * g->granule;
         length = to;
         uint64_t live = length * s.bpt; /* <= live_max */
         if (c.committed_bytes - live > c.overcommit_max_bytes)

@@ -560,6 +560,10 @@ Test(gpu, kv_cache_stable_growth_keeps_pointers_and_commits_the_geometry)
     ortmem_authority *a = NULL;
     OK(ortmem_authority_create(b, &ao, &a));
     ortmem_kv_cache_options o = kv_options(ORTMEM_KV_STABLE, 32768);
+    /* Compared with ortmem_kv_evaluate's per-granule windows: the per-granule
+     * policy (the geometric default is checked against its model by
+     * gpu_kv_growth_batch1_* in bench/gpu_bench.cpp and tests/test_kv_extents.c). */
+    o.extents.growth = ORTMEM_EXTENT_GRANULE;
     ortmem_kv_cache *c = NULL;
     OK(ortmem_kv_cache_create(a, &o, &c));
     o.geometry.granule = g;
