@@ -190,6 +190,11 @@ Test(offload_policy, names_round_trip)
                                          &p));
         cr_assert_eq(p, k);
     }
+    cr_assert_str_eq(ortmem_residency_policy_name(ORTMEM_RESIDENCY_LRU), "lru");
+    cr_assert_str_eq(ortmem_residency_policy_name(ORTMEM_RESIDENCY_SCAN_RESISTANT),
+                     "scan-resistant");
+    cr_assert_str_eq(ortmem_residency_policy_name(ORTMEM_RESIDENCY_ADAPTIVE), "adaptive");
+    cr_assert_str_eq(ortmem_residency_policy_name(ORTMEM_RESIDENCY_BELADY), "belady");
     ortmem_residency_policy p = ORTMEM_RESIDENCY_LRU;
     EXPECT_STATUS(ortmem_residency_policy_parse("mru", &p), ORTMEM_E_INVALID);
     cr_assert_str_eq(ortmem_residency_policy_name(POLICIES), "unknown");
