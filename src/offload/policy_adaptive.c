@@ -2,26 +2,26 @@
  * (set dueling, after the dynamic insertion policy of processor caches).
  *
  * Two shadow directories (ids and bytes only, no memory) replay every
- * access under the same budget: one inserts each admitted tensor at the
+ * access under the same budget, admitting every miss: one inserts at the
  * most recently used end (LRU), the other at the least recently used end,
- * except every 32nd at the most recently used end (bimodal). A hit promotes
- * the tensor in both. Each shadow's hit bytes decay over a window of two
- * passes over the tensors; the real list inserts as the shadow ahead does,
- * and the victim is always its least recently used end. Where recency pays
- * (a tensor read again soon) it behaves as LRU; over a fixed order longer
- * than the budget the bimodal side wins: newcomers go first, a stable set
- * stays, and one in 32 insertions lets that set drift toward what is read
- * now. While the bimodal side leads, a miss that would evict anything but
- * newcomers (inserted at the far end and not hit since) streams instead,
- * except the one in 32 that lets the set drift; while LRU leads every miss
- * is admitted (docs/memory/OFFLOAD.md, "Adaptive"). */
+ * except every 32nd insertion (bimodal). A hit promotes the tensor in both.
+ * Each shadow's hit bytes decay over a window of two passes over the
+ * tensors; the real list follows the shadow ahead, and its victim is always
+ * its least recently used end. Where recency pays (a tensor read again
+ * soon) LRU leads and every miss is admitted at the recent end. Over a
+ * fixed order longer than the budget the bimodal side leads: a miss is
+ * admitted at the far end only when newcomers (inserted there and not hit
+ * since) and free room make room for it, and streams otherwise, so a
+ * stable set stays; one miss in 32 is admitted at the recent end instead,
+ * which lets that set drift toward what is read now. Sizes count, values
+ * do not (docs/memory/OFFLOAD.md, "Adaptive"). */
 #include "offload/policy.h"
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "offload/policy_list.h"
 
-#define BIMODAL_EVERY 32 /* one insertion in this many goes to the recent end */
+#define BIMODAL_EVERY 32 /* one in this many goes to the recent end */
 
 enum { SIDE_LRU = 0, SIDE_BIMODAL = 1, SIDES };
 
@@ -39,7 +39,8 @@ typedef struct adaptive_state {
     bool *fresh; /* [tensor]: inserted at the far end, not hit since */
     shadow side[SIDES];
     uint64_t insertions[SIDES]; /* bimodal counting, per shadow */
-    uint64_t real_insertions;   /* and for the real list */
+    uint64_t bimodal_misses;    /* the real list's misses while bimodal leads */
+    bool drift;                 /* the admission under way goes to the recent end */
 } adaptive_state;
 
 static bool bimodal_to_recent(uint64_t *insertions)
@@ -135,8 +136,13 @@ static bool adaptive_admit(void *state, uint32_t tensor, uint64_t pos)
 {
     (void)pos;
     adaptive_state *s = state;
-    if (leading_side(s) == SIDE_LRU || s->real_insertions % BIMODAL_EVERY == BIMODAL_EVERY - 1)
+    s->drift = false;
+    if (leading_side(s) == SIDE_LRU)
         return true;
+    if (s->bimodal_misses++ % BIMODAL_EVERY == BIMODAL_EVERY - 1) {
+        s->drift = true;
+        return true;
+    }
     uint64_t room = s->budget - s->resident_bytes;
     for (uint32_t t = s->resident.tail; room < s->bytes[tensor]; t = s->resident.prev[t]) {
         if (t == OM_POLICY_NONE || !s->fresh[t])
@@ -159,7 +165,11 @@ static void adaptive_inserted(void *state, uint32_t tensor)
     adaptive_state *s = state;
     if (s->resident.in[tensor])
         return;
-    insert_as(&s->resident, leading_side(s), &s->real_insertions, tensor);
+    if (leading_side(s) == SIDE_LRU || s->drift)
+        om_plist_push_head(&s->resident, tensor);
+    else
+        om_plist_push_tail(&s->resident, tensor);
+    s->drift = false;
     s->fresh[tensor] = s->resident.tail == tensor && s->resident.count > 1;
     s->resident_bytes += s->bytes[tensor];
 }
