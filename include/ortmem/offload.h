@@ -23,7 +23,7 @@ typedef enum ortmem_residency_policy {
     ORTMEM_RESIDENCY_LRU = 0,        /* admit every miss, evict the least recently used */
     ORTMEM_RESIDENCY_SCAN_RESISTANT, /* keep a stable subset that fits, stream the rest */
     ORTMEM_RESIDENCY_ADAPTIVE,       /* LRU or bimodal insertion, whichever hit more bytes */
-    ORTMEM_RESIDENCY_BELADY,         /* offline optimum over a known access trace */
+    ORTMEM_RESIDENCY_BELADY,         /* the oracle over a known trace (MIN for equal sizes) */
     ORTMEM_RESIDENCY_POLICY_COUNT
 } ortmem_residency_policy;
 
@@ -55,7 +55,7 @@ typedef struct ortmem_residency_step {
     uint64_t pos; /* index in the trace */
     uint32_t tensor;
     int hit;                 /* resident when accessed */
-    int admitted;            /* a miss paged in (0 with hit: streamed) */
+    int admitted;            /* a miss paged in; a miss with 0 here streamed */
     uint32_t evicted;        /* tensors evicted for this access */
     uint64_t resident_bytes; /* after the access, granule-rounded */
 } ortmem_residency_step;

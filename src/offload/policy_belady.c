@@ -107,6 +107,7 @@ static void belady_accessed(void *state, uint32_t tensor, uint64_t pos, bool res
     (void)resident;
     belady_state *s = state;
     bool on_record = pos < s->future_len && s->future[pos] == tensor;
+    s->by_density = false; /* a victim asked outside an admission: next use */
     s->next_use[tensor] = on_record ? s->next_after[pos] : NEVER;
 }
 
@@ -202,6 +203,7 @@ static void belady_inserted(void *state, uint32_t tensor)
     belady_state *s = state;
     if (s->slot[tensor] != OM_POLICY_NONE)
         return;
+    s->by_density = false;
     s->slot[tensor] = s->resident_count;
     s->resident[s->resident_count++] = tensor;
     s->resident_bytes += s->bytes[tensor];
