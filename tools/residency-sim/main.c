@@ -19,7 +19,7 @@
 #define EXIT_USAGE 2
 #define PROGRAM "ortmem-residency-sim"
 #define MAX_BUDGETS 64
-#define PROGRESS_ACCESSES 20000000ull /* sweeps longer than this report progress */
+#define PROGRESS_ACCESSES 2000000ull /* sweeps replaying more report progress */
 
 #define fail(status, ...) cli_fail(PROGRAM, status, __VA_ARGS__)
 
@@ -315,7 +315,7 @@ static int plot(const rs_trace *t, const options *o, const sizes *z)
     for (size_t i = 0; i < n && rc == 0; i++) {
         rc = run_budget(t, o, z, 100.0 * (double)(i + 1) / (double)n, &runs[i], n);
         if (progress)
-            fprintf(stderr, PROGRAM ": sweep %zu/%zu budgets\n", i + 1, n);
+            fprintf(stderr, PROGRAM ": plot sweep: budget %zu/%zu done\n", i + 1, n);
     }
     if (rc == 0) {
         int fd = open(o->plot, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -365,8 +365,12 @@ int main(int argc, char **argv)
     }
     size_t n = o.budget_count;
     rs_run runs[MAX_BUDGETS * ORTMEM_RESIDENCY_POLICY_COUNT];
-    for (size_t i = 0; i < n && rc == 0; i++)
+    bool progress = (uint64_t)n * ORTMEM_RESIDENCY_POLICY_COUNT * t.length > PROGRESS_ACCESSES;
+    for (size_t i = 0; i < n && rc == 0; i++) {
         rc = run_budget(&t, &o, &z, o.budgets[i], &runs[i], n);
+        if (progress)
+            fprintf(stderr, PROGRAM ": budget %zu/%zu done\n", i + 1, n);
+    }
     if (rc == 0) {
         if (o.json)
             put_json(stdout, &t, &o, &z, runs, n);
