@@ -4,6 +4,21 @@
 
 #include "core/error.h"
 
+extern const om_policy_ops om_policy_lru, om_policy_scan_resistant, om_policy_adaptive,
+    om_policy_belady;
+
+static const om_policy_ops *const om_policy_table[ORTMEM_RESIDENCY_POLICY_COUNT] = {
+    [ORTMEM_RESIDENCY_LRU] = &om_policy_lru,
+    [ORTMEM_RESIDENCY_SCAN_RESISTANT] = &om_policy_scan_resistant,
+    [ORTMEM_RESIDENCY_ADAPTIVE] = &om_policy_adaptive,
+    [ORTMEM_RESIDENCY_BELADY] = &om_policy_belady,
+};
+
+const om_policy_ops *om_policy_ops_of(ortmem_residency_policy kind)
+{
+    return (unsigned)kind < ORTMEM_RESIDENCY_POLICY_COUNT ? om_policy_table[kind] : NULL;
+}
+
 static const char *const om_policy_names[ORTMEM_RESIDENCY_POLICY_COUNT] = {
     [ORTMEM_RESIDENCY_LRU] = "lru",
     [ORTMEM_RESIDENCY_SCAN_RESISTANT] = "scan-resistant",

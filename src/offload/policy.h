@@ -18,6 +18,8 @@ typedef struct om_policy_config {
     uint64_t budget_bytes; /* > 0: resident bytes never exceed it */
     const uint32_t *future;
     uint64_t future_len;
+    const uint64_t *value; /* value[t] in 1..bytes[t]: what a hit saves (the tensor's own
+                              bytes before granule rounding); NULL: bytes */
 } om_policy_config;
 
 /* Asks the cache which resident tensors may go now (a tensor pinned by a
