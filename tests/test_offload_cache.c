@@ -518,3 +518,166 @@ Test(offload_cache, pressure_from_another_holder_reclaims_cold_weights)
     OK(ortmem_residency_unpin(fx.cache, 0));
     destroy_all();
 }
+
+/* ---- fault sweeps ---- */
+
+/* acquire, check the bytes when it succeeded, release */
+static ortmem_status touch(uint32_t t, ortmem_backend *b)
+{
+    void *p = NULL;
+    ortmem_status st = ortmem_residency_acquire(fx.cache, t, &p);
+    if (st != ORTMEM_OK) {
+        cr_assert_neq(ortmem_last_error()[0], '\0', "tensor %u: %s without a detail", t,
+                      ortmem_status_str(st));
+        return st;
+    }
+    cr_assert_eq(mismatch(b, p, t), tensor_bytes(t), "tensor %u differs after a fault", t);
+    OK(ortmem_residency_release(fx.cache, t));
+    return ORTMEM_OK;
+}
+
+static ortmem_residency_stats last_stats;
+
+/* Page-in, eviction, streaming, page-in again, pin: every status checked to
+ * carry a detail, every successful acquire's bytes checked. Returns the
+ * failures seen. */
+static int workload(ortmem_backend *b)
+{
+    int failures = 0;
+    ortmem_status st = make_cache(slot_bytes(0) + slot_bytes(1) + slot_bytes(0), 1);
+    if (st != ORTMEM_OK) {
+        cr_assert_neq(ortmem_last_error()[0], '\0');
+        fx.cache = NULL;
+        return 1;
+    }
+    static const uint32_t order[] = {0, 1, 2, 3, 1, 0, 3, 2};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        failures += touch(order[i], b) != ORTMEM_OK;
+    if (ortmem_residency_is_resident(fx.cache, 2) && ortmem_residency_evict(fx.cache, 2) != 0)
+        failures++;
+    failures += touch(2, b) != ORTMEM_OK;
+    if (ortmem_residency_pin(fx.cache, 1) == ORTMEM_OK)
+        OK(ortmem_residency_unpin(fx.cache, 1));
+    else
+        failures++;
+    last_stats = cache_stats();
+    return failures;
+}
+
+/* A failure no step reported was absorbed (a retirement retried by the next
+ * poll, an event whose destroy failed after its copy landed): the run must
+ * then count exactly what the unarmed run counted. */
+static void same_counts(const ortmem_residency_stats *a, const ortmem_residency_stats *b,
+                        const char *what, uint64_t n)
+{
+    cr_assert(a->hits == b->hits && a->misses == b->misses && a->page_ins == b->page_ins &&
+                  a->evictions == b->evictions && a->bytes_moved == b->bytes_moved &&
+                  a->streamed == b->streamed && a->resident_bytes == b->resident_bytes &&
+                  a->ring_bytes == b->ring_bytes && a->refusals == b->refusals,
+              "%s %llu: an absorbed failure changed the counts (page-ins %llu vs %llu, "
+              "evictions %llu vs %llu)",
+              what, (unsigned long long)n, (unsigned long long)a->page_ins,
+              (unsigned long long)b->page_ins, (unsigned long long)a->evictions,
+              (unsigned long long)b->evictions);
+}
+
+/* Destroys the cache and checks the ledger: nothing owned or mapped but
+ * what the backend reports quarantined. */
+static void end_run(ortmem_backend *b, const char *what, uint64_t n)
+{
+    if (fx.cache) {
+        ortmem_status st = ortmem_residency_cache_destroy(fx.cache);
+        cr_assert(st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED, "%s %llu: destroy -> %s: %s", what,
+                  (unsigned long long)n, ortmem_status_str(st), ortmem_last_error());
+        fx.cache = NULL;
+    }
+    cr_assert_eq(policy_live, 0);
+    ortmem_vmm_stats v = stats_of(b);
+    cr_assert_eq(v.owned_bytes, v.quarantined_bytes, "%s %llu: owned %llu, quarantined %llu", what,
+                 (unsigned long long)n, (unsigned long long)v.owned_bytes,
+                 (unsigned long long)v.quarantined_bytes);
+    cr_assert_eq(v.mapped_bytes, v.quarantined_mapped_bytes, "%s %llu: mapped %llu", what,
+                 (unsigned long long)n, (unsigned long long)v.mapped_bytes);
+    ortmem_authority_report a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    OK(ortmem_authority_report_get(fx.authority, &a, NULL, 0));
+    cr_assert_eq(a.by_role_owned[ORTMEM_ROLE_WEIGHTS], 0, "%s %llu: weights still own %llu", what,
+                 (unsigned long long)n, (unsigned long long)a.by_role_owned[ORTMEM_ROLE_WEIGHTS]);
+    cr_assert_eq(a.retirements_pending, 0);
+}
+
+Test(offload_cache, every_backend_call_failed_once_leaves_the_ledger_at_baseline)
+{
+    OK(open_catalog());
+    stream_mask[3] = true;
+    uint64_t calls = 0;
+    ortmem_residency_stats unarmed;
+    int absorbed = 0;
+    for (int persistent = 0; persistent < 2; persistent++)
+        for (uint64_t n = 0; n == 0 || n <= calls; n++) {
+            ortmem_backend *cpu = cpu_backend_with_granule(G), *f = NULL;
+            OK(ortmem_fault_backend_create(cpu, NULL, &f));
+            ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
+            ao.limit_bytes = 64 * MiB;
+            OK(ortmem_authority_create(f, &ao, &fx.authority));
+            ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+            fo.fail_at = n;
+            fo.persistent = n ? persistent : 0;
+            OK(ortmem_fault_backend_arm(f, &fo));
+            int failures = workload(cpu); /* read back past the fault wrapper */
+            uint64_t injected = 0;
+            if (n == 0) {
+                OK(ortmem_fault_backend_counts(f, &calls, &injected));
+                cr_assert_eq(failures, 0);
+                cr_assert_gt(calls, 20);
+                unarmed = last_stats;
+            } else if (failures == 0) {
+                OK(ortmem_fault_backend_counts(f, NULL, &injected));
+                same_counts(&last_stats, &unarmed, persistent ? "persistent" : "once", n);
+                absorbed += injected > 0;
+            }
+            ortmem_fault_options off = ORTMEM_FAULT_OPTIONS_INIT;
+            OK(ortmem_fault_backend_arm(f, &off));
+            end_run(f, persistent ? "persistent" : "once", n);
+            ortmem_status st = ortmem_authority_destroy(fx.authority);
+            cr_assert_eq(st, ORTMEM_OK, "authority destroy: %s", ortmem_last_error());
+            fx.authority = NULL;
+            st = ortmem_backend_destroy(f);
+            cr_assert(st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED);
+            st = ortmem_backend_destroy(cpu);
+            cr_assert(st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED);
+        }
+    /* Most failures surface; the few absorbed are retried retirements and
+     * event destroys. */
+    cr_assert_lt(absorbed, calls / 2, "%d of %llu failures absorbed", absorbed,
+                 (unsigned long long)calls);
+    OK(ortmem_weight_catalog_destroy(fx.catalog));
+    fx.catalog = NULL;
+    OK(ortmem_backend_destroy(fx.cpu));
+}
+
+Test(offload_cache, every_host_allocation_failed_once_changes_nothing)
+{
+    OK(open_catalog());
+    stream_mask[3] = true;
+    make_authority(64 * MiB);
+    uint64_t calls = 0;
+    ortmem_residency_stats unarmed;
+    for (uint64_t n = 0; n == 0 || n <= calls; n++) {
+        ortmem_alloc_fault(n, 0);
+        int failures = workload(fx.cpu);
+        uint64_t counted = 0, failed = 0;
+        ortmem_alloc_counts(&counted, &failed);
+        ortmem_alloc_fault(0, 0);
+        if (n == 0) {
+            calls = counted;
+            cr_assert_eq(failures, 0);
+            cr_assert_gt(calls, 5);
+            unarmed = last_stats;
+        } else if (failures == 0)
+            same_counts(&last_stats, &unarmed, "allocation", n);
+        end_run(fx.cpu, "allocation", n);
+    }
+    destroy_all();
+}
