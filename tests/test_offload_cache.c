@@ -521,16 +521,33 @@ Test(offload_cache, pressure_from_another_holder_reclaims_cold_weights)
 
 /* ---- fault sweeps ---- */
 
+static ortmem_backend *ledger_backend; /* where the slots' regions live */
+
+/* The backend's ledger holds exactly the cache's slots: resident, ring and
+ * evictions still pending, plus what it quarantined. */
+static void ledger_matches_cache(void)
+{
+    ortmem_residency_stats s = cache_stats();
+    ortmem_vmm_stats v = stats_of(ledger_backend);
+    uint64_t slots = s.resident_bytes + s.ring_bytes + s.retiring_bytes;
+    cr_assert_eq(v.mapped_bytes, slots + v.quarantined_mapped_bytes,
+                 "mapped %llu, cache slots %llu, stuck %llu", (unsigned long long)v.mapped_bytes,
+                 (unsigned long long)slots, (unsigned long long)v.quarantined_mapped_bytes);
+    cr_assert_eq(v.owned_bytes, slots + v.quarantined_bytes, "owned %llu, slots %llu, q %llu",
+                 (unsigned long long)v.owned_bytes, (unsigned long long)slots,
+                 (unsigned long long)v.quarantined_bytes);
+}
+
 /* acquire, check the bytes when it succeeded, release */
 static ortmem_status touch(uint32_t t, ortmem_backend *b)
 {
     void *p = NULL;
     ortmem_status st = ortmem_residency_acquire(fx.cache, t, &p);
-    if (st != ORTMEM_OK) {
-        cr_assert_neq(ortmem_last_error()[0], '\0', "tensor %u: %s without a detail", t,
-                      ortmem_status_str(st));
+    cr_assert(st == ORTMEM_OK || ortmem_last_error()[0], "tensor %u: %s without a detail", t,
+              ortmem_status_str(st));
+    ledger_matches_cache();
+    if (st != ORTMEM_OK)
         return st;
-    }
     cr_assert_eq(mismatch(b, p, t), tensor_bytes(t), "tensor %u differs after a fault", t);
     OK(ortmem_residency_release(fx.cache, t));
     return ORTMEM_OK;
@@ -555,11 +572,13 @@ static int workload(ortmem_backend *b)
         failures += touch(order[i], b) != ORTMEM_OK;
     if (ortmem_residency_is_resident(fx.cache, 2) && ortmem_residency_evict(fx.cache, 2) != 0)
         failures++;
+    ledger_matches_cache();
     failures += touch(2, b) != ORTMEM_OK;
     if (ortmem_residency_pin(fx.cache, 1) == ORTMEM_OK)
         OK(ortmem_residency_unpin(fx.cache, 1));
     else
         failures++;
+    ledger_matches_cache();
     last_stats = cache_stats();
     return failures;
 }
@@ -625,6 +644,7 @@ Test(offload_cache, every_backend_call_failed_once_leaves_the_ledger_at_baseline
             fo.fail_at = n;
             fo.persistent = n ? persistent : 0;
             OK(ortmem_fault_backend_arm(f, &fo));
+            ledger_backend = f;
             int failures = workload(cpu); /* read back past the fault wrapper */
             uint64_t injected = 0;
             if (n == 0) {
@@ -662,6 +682,7 @@ Test(offload_cache, every_host_allocation_failed_once_changes_nothing)
     OK(open_catalog());
     stream_mask[3] = true;
     make_authority(64 * MiB);
+    ledger_backend = fx.cpu;
     uint64_t calls = 0;
     ortmem_residency_stats unarmed;
     for (uint64_t n = 0; n == 0 || n <= calls; n++) {

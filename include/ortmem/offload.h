@@ -210,6 +210,7 @@ typedef struct ortmem_residency_stats {
     uint64_t stalls;          /* acquires that waited on a copy event */
     uint64_t resident_bytes;  /* slot bytes mapped for resident tensors */
     uint64_t ring_bytes;      /* ring slot bytes mapped */
+    uint64_t retiring_bytes;  /* evicted slots whose fence-ordered decommit is pending */
     uint64_t refusals;        /* acquires refused (budget, pins, file checks) */
     uint64_t reclaimed_bytes; /* given back under pressure */
 } ortmem_residency_stats;

@@ -17,6 +17,8 @@ typedef struct om_weight {
     uint32_t acquired;       /* acquires of its own slot not released yet */
     uint32_t streamed_holds; /* acquires served through ring slots not released yet */
     bool resident;           /* its slot holds its bytes (the policy was told) */
+    bool stale; /* its slot stayed mapped after a failed page-in, its bytes not all there:
+                   counted with retiring_bytes until decommitted or refilled */
 } om_weight;
 
 typedef struct om_ring_slot {
@@ -60,7 +62,15 @@ static void om_slot_done(void *ctx, uint32_t slot, om_slot_state state)
     uint64_t len = om_slots_bytes(c->slots, slot);
     if (slot < c->tensors)
         c->retiring_bytes -= len;
-    if (state == OM_SLOT_EMPTY || state == OM_SLOT_QUARANTINED) {
+    if (slot < c->tensors && c->w[slot].stale) {
+        if (state == OM_SLOT_FILLED)
+            c->retiring_bytes += len; /* still mapped, still stale */
+        else
+            c->w[slot].stale = false;
+    }
+    if (slot < c->tensors && state == OM_SLOT_FILLED && c->w[slot].stale) {
+        /* nothing more: the next page-in refills it */
+    } else if (state == OM_SLOT_EMPTY || state == OM_SLOT_QUARANTINED) {
         c->emptied_bytes += len;
         if (slot >= c->tensors)
             c->stats.ring_bytes -= len;
@@ -156,15 +166,34 @@ static ortmem_status om_page_in(ortmem_residency_cache *c, uint32_t t)
                       om_catalog_name(c->catalog, t));
     uint64_t len = om_slots_bytes(c->slots, t);
     uint64_t bytes = om_catalog_bytes(c->catalog, t);
+    bool refill = c->w[t].stale && om_slots_state(c->slots, t) == OM_SLOT_FILLED;
     for (uint32_t tries = 0;; tries++) {
-        st = om_make_room(c, len);
+        /* A stale slot's bytes are counted already (as retiring). */
+        st = om_make_room(c, refill ? 0 : len);
         if (st != ORTMEM_OK)
             return st;
         bool stalled = false;
-        st = om_slots_fill(c->slots, t, host, bytes, c->o.copy_stream, &stalled);
+        if (refill)
+            st = om_slots_refill(c->slots, t, host, bytes, c->o.copy_stream, &stalled);
+        else
+            st = om_slots_fill(c->slots, t, host, bytes, c->o.copy_stream, &stalled);
         c->stats.stalls += stalled;
         if (st == ORTMEM_OK)
             break;
+        if (!refill && om_slots_state(c->slots, t) == OM_SLOT_FILLED) {
+            /* Mapped but not filled, the undo failed: count it, and let the
+             * retire queue decommit it (or the next page-in refill it). */
+            om_error_saved saved;
+            om_error_save(&saved);
+            c->w[t].stale = true;
+            c->retiring_bytes += len;
+            (void)om_slots_retire(c->slots, t, c->o.compute_stream);
+            (void)om_error_restore(&saved, st);
+            return st;
+        }
+        if (refill)
+            return om_error_wrap(st, "residency cache: refilling '%s'",
+                                 om_catalog_name(c->catalog, t));
         /* The authority refused (other holders could not give enough): our
          * own cold weights go next, one at a time. */
         uint32_t v = st == ORTMEM_E_BUDGET && tries < c->tensors
@@ -180,6 +209,10 @@ static ortmem_status om_page_in(ortmem_residency_cache *c, uint32_t t)
             return om_error_wrap(st, "residency cache: paging in '%s'",
                                  om_catalog_name(c->catalog, t));
         }
+    }
+    if (refill) {
+        c->w[t].stale = false;
+        c->retiring_bytes -= len;
     }
     c->w[t].resident = true;
     c->stats.resident_bytes += len;
@@ -426,6 +459,7 @@ ortmem_status ortmem_residency_stats_get(ortmem_residency_cache *c, ortmem_resid
     pthread_mutex_lock(&c->lock);
     om_collect(c);
     ortmem_residency_stats s = c->stats;
+    s.retiring_bytes = c->retiring_bytes;
     pthread_mutex_unlock(&c->lock);
     s.struct_size = stats->struct_size;
     memcpy(stats, &s, stats->struct_size);
