@@ -8,6 +8,7 @@
  *
  * The policy is a test double passed through the cache's internal entry
  * (the policy table lives with the policies). */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -701,4 +702,78 @@ Test(offload_cache, every_host_allocation_failed_once_changes_nothing)
         end_run(fx.cpu, "allocation", n);
     }
     destroy_all();
+}
+
+/* ---- pinned staging ---- */
+
+static int registered, unregistered;
+static size_t registered_bytes;
+
+static ortmem_status count_register(void *user, void *ptr, size_t bytes)
+{
+    cr_assert_eq(user, &registered);
+    cr_assert_eq((uintptr_t)ptr % G, 0);
+    registered++;
+    registered_bytes += bytes;
+    return ORTMEM_OK;
+}
+
+static void count_unregister(void *user, void *ptr, size_t bytes)
+{
+    (void)user, (void)ptr;
+    unregistered++;
+    registered_bytes -= bytes;
+}
+
+Test(offload_cache, staging_pins_chunks_once_and_backs_a_host_catalog)
+{
+    /* ortmem's jemalloc is private: the process has no unprefixed mallocx. */
+    cr_assert_null(dlsym(RTLD_DEFAULT, "mallocx"));
+    ortmem_staging_options so = ORTMEM_STAGING_OPTIONS_INIT;
+    so.chunk_bytes = 4 * MiB;
+    so.host_register = count_register;
+    so.host_unregister = count_unregister;
+    so.user = &registered;
+    ortmem_staging *st = NULL;
+    OK(ortmem_staging_create(&so, &st));
+    ortmem_weight_tensor host_table[NT];
+    memcpy(host_table, table, sizeof host_table);
+    OK(ortmem_weight_catalog_create_host(st, host_table, NT, &fx.catalog));
+    cr_assert_eq(registered, 1, "chunks registered: %d", registered);
+    ortmem_staging_stats ss = {sizeof ss, 0, 0, 0, 0};
+    OK(ortmem_staging_stats_get(st, &ss));
+    cr_assert_eq(ss.chunks, 1);
+    cr_assert_eq(ss.chunk_bytes, registered_bytes);
+    cr_assert_eq(ss.allocations, NT);
+    uint64_t sum = 0;
+    for (uint32_t t = 0; t < NT; t++)
+        sum += tensor_bytes(t);
+    cr_assert_geq(ss.allocated_bytes, sum);
+    for (uint32_t t = 0; t < NT; t++) {
+        void *h = NULL;
+        OK(ortmem_weight_catalog_host(fx.catalog, t, &h));
+        for (uint64_t i = 0; i < tensor_bytes(t); i++)
+            ((uint8_t *)h)[i] = file_byte(table[t].offset + i);
+    }
+    EXPECT_STATUS(ortmem_staging_destroy(st), ORTMEM_E_BUSY);
+    int stack_byte = 0;
+    EXPECT_STATUS(ortmem_staging_free(st, &stack_byte), ORTMEM_E_NOT_FOUND);
+    /* The cache pages in from pinned host memory as from the file. */
+    make_authority(64 * MiB);
+    OK(make_cache(all_slots() + slot_bytes(0), 1));
+    void *p;
+    for (uint32_t t = 0; t < NT; t++) {
+        OK(ortmem_residency_acquire(fx.cache, t, &p));
+        cr_assert_eq(mismatch(fx.cpu, p, t), tensor_bytes(t));
+        OK(ortmem_residency_release(fx.cache, t));
+    }
+    OK(ortmem_weight_catalog_verify(fx.catalog));
+    destroy_all();
+    OK(ortmem_staging_stats_get(st, &ss));
+    cr_assert_eq(ss.allocations, 0);
+    cr_assert_eq(ss.allocated_bytes, 0);
+    cr_assert_eq(unregistered, 0); /* chunks stay pinned until the staging goes */
+    OK(ortmem_staging_destroy(st));
+    cr_assert_eq(unregistered, 1);
+    cr_assert_eq(registered_bytes, 0);
 }
