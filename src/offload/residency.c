@@ -477,7 +477,14 @@ ortmem_holder *ortmem_residency_holder(ortmem_residency_cache *c)
 static uint64_t om_residency_pressure(void *user, uint64_t want)
 {
     ortmem_residency_cache *c = user;
-    pthread_mutex_lock(&c->lock);
+    /* A cache busy in its own page-in gives nothing now: waiting could
+     * deadlock with a second cache paging in under the same authority. */
+    if (pthread_mutex_trylock(&c->lock) != 0)
+        return 0;
+    if (!c->slots) { /* being destroyed */
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
     om_collect(c);
     uint64_t start = c->emptied_bytes, asked = 0;
     while (asked < want) {
@@ -663,6 +670,7 @@ ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *c)
         pthread_mutex_unlock(&c->lock);
         return om_error_wrap(st, "residency cache destroy");
     }
+    c->slots = NULL;
     om_error_saved saved;
     om_error_save(&saved);
     pthread_mutex_unlock(&c->lock);
