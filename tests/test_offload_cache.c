@@ -278,6 +278,13 @@ Test(offload_cache, page_in_evict_page_in_at_the_same_pointer)
     OK(open_catalog());
     OK(make_cache(all_slots() + slot_bytes(0), 1));
     cr_assert_eq(ortmem_weight_catalog_count(fx.catalog), NT);
+    ortmem_weight_tensor info;
+    OK(ortmem_weight_catalog_tensor(fx.catalog, 2, &info));
+    cr_assert_str_eq(info.name, "blk.0.ffn_up.weight");
+    cr_assert_eq(info.bytes, tensor_bytes(2));
+    cr_assert_eq(info.offset, table[2].offset);
+    cr_assert_str_eq(ortmem_weight_role_name(info.role), "mlp");
+    EXPECT_STATUS(ortmem_weight_catalog_tensor(fx.catalog, NT, &info), ORTMEM_E_NOT_FOUND);
     void *slot[NT], *p;
     uint64_t want = 0, moved = 0;
     for (uint32_t t = 0; t < NT; t++) {
@@ -776,4 +783,45 @@ Test(offload_cache, staging_pins_chunks_once_and_backs_a_host_catalog)
     OK(ortmem_staging_destroy(st));
     cr_assert_eq(unregistered, 1);
     cr_assert_eq(registered_bytes, 0);
+}
+
+Test(offload_cache, staging_and_a_host_catalog_under_every_host_allocation_failure)
+{
+    uint64_t calls = 0;
+    for (uint64_t n = 0; n == 0 || n <= calls; n++) {
+        ortmem_alloc_fault(n, 0);
+        ortmem_staging_options so = ORTMEM_STAGING_OPTIONS_INIT;
+        so.chunk_bytes = 64 * KiB; /* several chunks: the hook's bookkeeping grows */
+        ortmem_staging *st = NULL;
+        ortmem_weight_catalog *cat = NULL;
+        ortmem_status s1 = ortmem_staging_create(&so, &st);
+        cr_assert(s1 == ORTMEM_OK || ortmem_last_error()[0]);
+        ortmem_status s2 = s1;
+        if (s1 == ORTMEM_OK) {
+            ortmem_weight_tensor big[NT];
+            memcpy(big, table, sizeof big);
+            for (uint32_t t = 0; t < NT; t++)
+                big[t].bytes = 40 * KiB * (t + 1);
+            s2 = ortmem_weight_catalog_create_host(st, big, NT, &cat);
+            cr_assert(s2 == ORTMEM_OK || ortmem_last_error()[0]);
+        }
+        uint64_t counted = 0;
+        ortmem_alloc_counts(&counted, NULL);
+        ortmem_alloc_fault(0, 0);
+        if (n == 0) {
+            calls = counted;
+            cr_assert_eq(s2, ORTMEM_OK);
+        }
+        if (cat)
+            OK(ortmem_weight_catalog_destroy(cat));
+        if (st) {
+            ortmem_staging_stats ss = {sizeof ss, 0, 0, 0, 0};
+            OK(ortmem_staging_stats_get(st, &ss));
+            cr_assert_eq(ss.allocations, 0, "failure %llu left %llu allocations",
+                         (unsigned long long)n, (unsigned long long)ss.allocations);
+            OK(ortmem_staging_destroy(st));
+        }
+    }
+    cr_assert_gt(calls, 3);
+    OK(ortmem_backend_destroy(fx.cpu));
 }
