@@ -61,7 +61,7 @@ static bool om_staging_grow(ortmem_staging *s, size_t size)
     size_t bytes = size > s->o.chunk_bytes ? size : s->o.chunk_bytes;
     bytes = (bytes + s->page - 1) / s->page * s->page;
     if (s->nchunks == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 8;
+        size_t cap = s->cap ? s->cap * 2 : 2;
         om_chunk *grown = om_realloc(s->chunks, cap * sizeof *grown);
         if (!grown)
             return false;
