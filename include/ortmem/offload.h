@@ -223,7 +223,8 @@ ORTMEM_API ortmem_status ortmem_residency_cache_create(ortmem_authority *authori
                                                        ortmem_weight_catalog *catalog,
                                                        const ortmem_residency_options *options,
                                                        ortmem_residency_cache **out);
-/* ORTMEM_E_BUSY (nothing changes) while a tensor is acquired. Decommits
+/* ORTMEM_E_BUSY (nothing changes) while a tensor is acquired or pinned, or
+ * an eviction is still pending after a second. Decommits
  * everything, unreserves, unregisters the holder. */
 ORTMEM_API ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *cache);
 
