@@ -827,3 +827,138 @@ Test(offload_cache, staging_and_a_host_catalog_under_host_allocation_failures)
     cr_assert_gt(calls, 3);
     OK(ortmem_backend_destroy(fx.cpu));
 }
+
+/* ---- events that complete late (a device's streams, on the CPU) ---- */
+
+typedef struct slow_events {
+    ortmem_backend *inner;
+    ortmem_backend_ops calls;
+    int busy_left; /* event queries still answered "pending" */
+} slow_events;
+
+static slow_events slow;
+
+static ortmem_status se_granularity(void *s, size_t *m, size_t *r)
+{
+    return slow.calls.granularity(((slow_events *)s)->inner, m, r);
+}
+static ortmem_status se_reserve(void *s, size_t n, size_t a, uintptr_t *va)
+{
+    return slow.calls.reserve(((slow_events *)s)->inner, n, a, va);
+}
+static ortmem_status se_unreserve(void *s, uintptr_t va, size_t n)
+{
+    return slow.calls.unreserve(((slow_events *)s)->inner, va, n);
+}
+static ortmem_status se_create(void *s, size_t n, unsigned f, uint64_t *h)
+{
+    return slow.calls.create(((slow_events *)s)->inner, n, f, h);
+}
+static ortmem_status se_release(void *s, uint64_t h)
+{
+    return slow.calls.release(((slow_events *)s)->inner, h);
+}
+static ortmem_status se_map(void *s, uintptr_t va, size_t n, uint64_t h, size_t off)
+{
+    return slow.calls.map(((slow_events *)s)->inner, va, n, h, off);
+}
+static ortmem_status se_unmap(void *s, uintptr_t va, size_t n)
+{
+    return slow.calls.unmap(((slow_events *)s)->inner, va, n);
+}
+static ortmem_status se_set_access(void *s, uintptr_t va, size_t n, ortmem_access a)
+{
+    return slow.calls.set_access(((slow_events *)s)->inner, va, n, a);
+}
+static ortmem_status se_copy(void *s, uintptr_t d, uintptr_t src, size_t n)
+{
+    return slow.calls.copy(((slow_events *)s)->inner, d, src, n);
+}
+static ortmem_status se_copy_async(void *s, uintptr_t d, uintptr_t src, size_t n, uint64_t st)
+{
+    return slow.calls.copy_async(((slow_events *)s)->inner, d, src, n, st);
+}
+static ortmem_status se_record(void *s, uint64_t st, uint64_t *e)
+{
+    return slow.calls.event_record(((slow_events *)s)->inner, st, e);
+}
+static ortmem_status se_query(void *s, uint64_t e)
+{
+    if (slow.busy_left > 0) {
+        slow.busy_left--;
+        return ORTMEM_E_BUSY;
+    }
+    return slow.calls.event_query(((slow_events *)s)->inner, e);
+}
+static ortmem_status se_event_destroy(void *s, uint64_t e)
+{
+    return slow.calls.event_destroy(((slow_events *)s)->inner, e);
+}
+static void se_destroy(void *s)
+{
+    (void)s;
+}
+
+Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes_until_its_fence)
+{
+    slow.inner = fx.cpu;
+    slow.busy_left = 0;
+    OK(ortmem_backend_forwarding_ops(fx.cpu, &slow.calls));
+    ortmem_backend_ops ops = {
+        .struct_size = sizeof ops,
+        .name = "slow-events",
+        .granularity = se_granularity,
+        .reserve = se_reserve,
+        .unreserve = se_unreserve,
+        .create = se_create,
+        .release = se_release,
+        .map = se_map,
+        .unmap = se_unmap,
+        .set_access = se_set_access,
+        .copy = se_copy,
+        .destroy = se_destroy,
+        .copy_async = se_copy_async,
+        .event_record = se_record,
+        .event_query = se_query,
+        .event_destroy = se_event_destroy,
+    };
+    OK(ortmem_backend_create_wrapper(fx.cpu, &ops, &slow, &fx.b));
+    make_authority(64 * MiB);
+    OK(open_catalog());
+    OK(make_cache(all_slots() + slot_bytes(0), 1));
+    ledger_backend = fx.b;
+    /* The copy's event is pending twice: the acquire waits, one stall. */
+    slow.busy_left = 2;
+    void *p, *slot0;
+    OK(ortmem_residency_acquire(fx.cache, 0, &p));
+    cr_assert_eq(slow.busy_left, 0);
+    cr_assert_eq(mismatch(fx.cpu, p, 0), tensor_bytes(0));
+    OK(ortmem_residency_release(fx.cache, 0));
+    cr_assert_eq(cache_stats().stalls, 1);
+    /* The compute stream has not finished: the evicted slot stays mapped and
+     * charged, counted as retiring, not resident. */
+    slow.busy_left = 1000000;
+    OK(ortmem_residency_evict(fx.cache, 0));
+    cr_assert(!ortmem_residency_is_resident(fx.cache, 0));
+    ortmem_residency_stats s = cache_stats();
+    cr_assert_eq(s.retiring_bytes, slot_bytes(0));
+    cr_assert_eq(s.resident_bytes, 0);
+    cr_assert_eq(stats_of(fx.b).mapped_bytes, slot_bytes(0));
+    ledger_matches_cache();
+    /* Acquiring it again waits for the decommit, then pages it in at the
+     * same pointer. */
+    slow.busy_left = 3;
+    OK(ortmem_residency_acquire(fx.cache, 0, &p));
+    OK(ortmem_residency_slot(fx.cache, 0, &slot0));
+    cr_assert_eq(p, slot0);
+    cr_assert_eq(mismatch(fx.cpu, p, 0), tensor_bytes(0));
+    OK(ortmem_residency_release(fx.cache, 0));
+    s = cache_stats();
+    cr_assert_eq(s.retiring_bytes, 0);
+    cr_assert_eq(s.resident_bytes, slot_bytes(0));
+    cr_assert_eq(s.stalls, 2);
+    cr_assert_eq(s.page_ins, 2);
+    cr_assert_eq(s.evictions, 1);
+    ledger_matches_cache();
+    destroy_all();
+}
