@@ -38,6 +38,7 @@ struct ortmem_residency_cache {
     uint32_t ring_next;
     om_weight *w;
     om_ring_slot *rings;
+    uint64_t *slot_bytes; /* per slot (tensors, then ring); the policy may keep the pointer */
     uint64_t budget, resident_budget, ring_slot_bytes;
     uint64_t retiring_bytes; /* tensor slots whose decommit is pending */
     uint64_t emptied_bytes;  /* tensor and ring slot bytes decommitted, ever */
@@ -509,6 +510,7 @@ static uint64_t om_residency_pressure(void *user, uint64_t want)
 
 static void om_cache_free(ortmem_residency_cache *c)
 {
+    om_free(c->slot_bytes);
     om_free(c->rings);
     om_free(c->w);
     pthread_mutex_destroy(&c->lock);
@@ -570,8 +572,8 @@ ortmem_status om_residency_cache_create_with_ops(ortmem_authority *authority,
     c->w = om_calloc(n, sizeof *c->w);
     c->rings = om_calloc(ring, sizeof *c->rings);
     uint64_t *bytes = om_calloc((size_t)n + ring, sizeof *bytes);
+    c->slot_bytes = bytes;
     if (!c->w || !c->rings || !bytes) {
-        om_free(bytes);
         om_cache_free(c);
         return OM_ERR(ORTMEM_E_NOMEM, "%s: bookkeeping for %u tensors", what, n);
     }
@@ -595,7 +597,6 @@ ortmem_status om_residency_cache_create_with_ops(ortmem_authority *authority,
     om_policy_config pc = {bytes, n, c->resident_budget, NULL, 0};
     st = ops->create(&pc, &c->policy);
     if (st != ORTMEM_OK) {
-        om_free(bytes);
         om_cache_free(c);
         return om_error_wrap(st, "%s: policy '%s'", what, ortmem_residency_policy_name(ops->kind));
     }
@@ -611,7 +612,6 @@ ortmem_status om_residency_cache_create_with_ops(ortmem_authority *authority,
         st = ortmem_holder_account(c->holder, &account);
     if (st == ORTMEM_OK)
         st = om_slots_create(authority, &account, bytes, n + ring, &c->slots);
-    om_free(bytes);
     if (st != ORTMEM_OK) {
         om_error_saved saved;
         om_error_save(&saved);
