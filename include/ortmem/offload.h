@@ -83,7 +83,234 @@ ORTMEM_API ortmem_status ortmem_residency_simulate_steps(
     uint64_t granule, uint64_t budget_bytes, ortmem_residency_policy policy,
     ortmem_residency_sim_stats *stats, ortmem_residency_step_fn step, void *ctx);
 
-/* ---- Residency cache ---------------------------------------------------------*/
+/* ---- Residency cache ---------------------------------------------------------
+ * A weight catalog names the tensors an engine may touch (bytes, layer, role,
+ * access order) and where their bytes live on the host: a read-only mmap of
+ * the model file, or pinned host memory from a staging arena that the caller
+ * fills. A residency cache gives every catalogued tensor a device slot whose
+ * VA is reserved once and never changes; page-in commits the slot's extents
+ * and copies host to device on a copy stream, eviction decommits them after a
+ * fence (the VA stays). docs/memory/OFFLOAD.md. */
+
+typedef struct ortmem_weight_catalog ortmem_weight_catalog;
+typedef struct ortmem_staging ortmem_staging;
+typedef struct ortmem_residency_cache ortmem_residency_cache;
+
+typedef enum ortmem_weight_role {
+    ORTMEM_WEIGHT_ATTENTION = 0,
+    ORTMEM_WEIGHT_MLP,
+    ORTMEM_WEIGHT_NORM,
+    ORTMEM_WEIGHT_EMBEDDING,
+    ORTMEM_WEIGHT_OUTPUT,
+    ORTMEM_WEIGHT_OTHER,
+    ORTMEM_WEIGHT_ROLE_COUNT
+} ortmem_weight_role;
+
+/* "attention", "mlp", "norm", "embedding", "output", "other"; "unknown" out of range. */
+ORTMEM_API const char *ortmem_weight_role_name(ortmem_weight_role role);
+
+/* One tensor of a catalog. name: unique, copied. offset: into the model file
+ * (file catalogs; ignored for host ones). order: its place in the engine's
+ * access order (decode order), for policies and traces. */
+typedef struct ortmem_weight_tensor {
+    const char *name;
+    uint64_t offset;
+    uint64_t bytes; /* > 0 */
+    uint32_t layer;
+    ortmem_weight_role role;
+    uint32_t order;
+} ortmem_weight_tensor;
+
+/* What a file catalog checks at open (beyond every tensor lying inside the
+ * file). The file's size and modification time are recorded at open and
+ * checked again before every page-in: a truncated or changed file is then
+ * refused instead of read. */
+typedef struct ortmem_weight_file_options {
+    size_t struct_size;
+    uint64_t expected_file_bytes; /* 0 = any size */
+    /* FNV-1a 64 of [checksum_offset, +checksum_bytes) (the file's tensor
+     * table, say) must equal expected_checksum; checksum_bytes 0 = unchecked. */
+    uint64_t checksum_offset, checksum_bytes;
+    uint64_t expected_checksum;
+} ortmem_weight_file_options;
+
+#define ORTMEM_WEIGHT_FILE_OPTIONS_INIT                                                            \
+    {                                                                                              \
+        sizeof(ortmem_weight_file_options), 0, 0, 0, 0                                             \
+    }
+
+/* FNV-1a 64 of len bytes (the checksum ortmem_weight_file_options expects). */
+ORTMEM_API uint64_t ortmem_weight_checksum(const void *bytes, size_t len);
+
+/* Opens path read-only and maps it (PROT_READ, MAP_PRIVATE); every tensor
+ * must lie inside the file (ORTMEM_E_RANGE naming the tensor, its end and the
+ * file size), names must be unique (ORTMEM_E_INVALID). options may be NULL. */
+ORTMEM_API ortmem_status ortmem_weight_catalog_open_file(const char *path,
+                                                         const ortmem_weight_tensor *tensors,
+                                                         size_t count,
+                                                         const ortmem_weight_file_options *options,
+                                                         ortmem_weight_catalog **out);
+
+/* A catalog whose tensors' bytes live in pinned host memory allocated from
+ * staging (offsets are ignored); the caller fills them through
+ * ortmem_weight_catalog_host. staging must outlive the catalog. */
+ORTMEM_API ortmem_status ortmem_weight_catalog_create_host(ortmem_staging *staging,
+                                                           const ortmem_weight_tensor *tensors,
+                                                           size_t count,
+                                                           ortmem_weight_catalog **out);
+
+/* ORTMEM_E_BUSY (nothing changes) while a residency cache uses it. */
+ORTMEM_API ortmem_status ortmem_weight_catalog_destroy(ortmem_weight_catalog *catalog);
+
+ORTMEM_API size_t ortmem_weight_catalog_count(const ortmem_weight_catalog *catalog);
+
+/* The id (0..count-1, the order given at creation) of the tensor called name;
+ * ORTMEM_E_NOT_FOUND naming it when there is none. */
+ORTMEM_API ortmem_status ortmem_weight_catalog_find(const ortmem_weight_catalog *catalog,
+                                                    const char *name, uint32_t *id);
+
+/* The tensor's description (name valid while the catalog lives). */
+ORTMEM_API ortmem_status ortmem_weight_catalog_tensor(const ortmem_weight_catalog *catalog,
+                                                      uint32_t id, ortmem_weight_tensor *tensor);
+
+/* The tensor's host bytes: writable for a host catalog (fill them before the
+ * first page-in), read-only (the mapped file) for a file catalog. */
+ORTMEM_API ortmem_status ortmem_weight_catalog_host(ortmem_weight_catalog *catalog, uint32_t id,
+                                                    void **host);
+
+/* ORTMEM_OK when a file catalog's file still has the size and modification
+ * time it had at open (host catalogs: always); otherwise ORTMEM_E_IO naming
+ * the numbers. */
+ORTMEM_API ortmem_status ortmem_weight_catalog_verify(ortmem_weight_catalog *catalog);
+
+/* ---- Pinned staging ----
+ * A jemalloc arena whose extent hooks hand out host memory in large chunks,
+ * each pinned once when it is mapped (register) and unpinned when the
+ * staging is destroyed. jemalloc is a private, renamed copy inside ortmem: the
+ * process's malloc is never replaced (docs/memory/OFFLOAD.md, Pinned
+ * staging). ORTMEM_E_UNAVAILABLE where ortmem was built without it. */
+
+/* Pins (registers) a chunk of host memory with the device, e.g. a wrapper
+ * of cuMemHostRegister; unregister undoes it. */
+typedef ortmem_status (*ortmem_host_register_fn)(void *user, void *ptr, size_t bytes);
+typedef void (*ortmem_host_unregister_fn)(void *user, void *ptr, size_t bytes);
+
+typedef struct ortmem_staging_options {
+    size_t struct_size;
+    size_t chunk_bytes; /* host memory mapped and pinned at a time; 0 = 64 MiB */
+    int numa_node;      /* hwloc NUMA node (the GPU's) to bind chunks to; -1 = none */
+    /* NULL: chunks are not registered (the CPU backend needs nothing), or
+     * mlocked when lock_pages is non-zero. */
+    ortmem_host_register_fn host_register;
+    ortmem_host_unregister_fn host_unregister;
+    void *user;
+    int lock_pages;
+} ortmem_staging_options;
+
+#define ORTMEM_STAGING_OPTIONS_INIT                                                                \
+    {                                                                                              \
+        sizeof(ortmem_staging_options), 0, -1, NULL, NULL, NULL, 0                                 \
+    }
+
+typedef struct ortmem_staging_stats {
+    size_t struct_size;
+    uint64_t chunks;          /* chunks mapped and pinned */
+    uint64_t chunk_bytes;     /* their bytes */
+    uint64_t allocated_bytes; /* live allocations, as asked */
+    uint64_t allocations;     /* live */
+} ortmem_staging_stats;
+
+/* options may be NULL for the defaults. */
+ORTMEM_API ortmem_status ortmem_staging_create(const ortmem_staging_options *options,
+                                               ortmem_staging **out);
+/* ORTMEM_E_BUSY (nothing changes) while allocations are live. */
+ORTMEM_API ortmem_status ortmem_staging_destroy(ortmem_staging *staging);
+/* align: power of two, 0 = 64. */
+ORTMEM_API ortmem_status ortmem_staging_alloc(ortmem_staging *staging, size_t bytes, size_t align,
+                                              void **ptr);
+ORTMEM_API ortmem_status ortmem_staging_free(ortmem_staging *staging, void *ptr);
+ORTMEM_API ortmem_status ortmem_staging_stats_get(ortmem_staging *staging,
+                                                  ortmem_staging_stats *stats);
+
+/* ---- The cache ----*/
+typedef struct ortmem_residency_options {
+    size_t struct_size;
+    ortmem_residency_policy policy;
+    /* Device bytes the cache may map: resident slots plus the ring, each
+     * rounded up to the granule. Below the largest tensor's slot (ring
+     * included) is refused at create. */
+    uint64_t budget_bytes;
+    uint32_t ring_slots;     /* slots that streamed tensors pass through; 0 = 2 */
+    uint64_t copy_stream;    /* stream the host-to-device copies go on (0 = default) */
+    uint64_t compute_stream; /* stream an eviction waits for (its fence) */
+    int priority;            /* of the cache's weights holder */
+} ortmem_residency_options;
+
+#define ORTMEM_RESIDENCY_OPTIONS_INIT                                                              \
+    {                                                                                              \
+        sizeof(ortmem_residency_options), ORTMEM_RESIDENCY_SCAN_RESISTANT, 0, 0, 0, 0, 0           \
+    }
+
+typedef struct ortmem_residency_stats {
+    size_t struct_size;
+    uint64_t hits, misses; /* acquires found resident / not */
+    uint64_t hit_bytes, miss_bytes;
+    uint64_t page_ins;        /* tensors copied into their own slot */
+    uint64_t evictions;       /* slots decommitted (policy, pressure or unpin) */
+    uint64_t bytes_moved;     /* host-to-device bytes copied (page-ins and streams) */
+    uint64_t streamed;        /* misses served through a ring slot */
+    uint64_t stalls;          /* acquires that waited on a copy event */
+    uint64_t resident_bytes;  /* slot bytes mapped for resident tensors */
+    uint64_t ring_bytes;      /* ring slot bytes mapped */
+    uint64_t retiring_bytes;  /* evicted slots whose fence-ordered decommit is pending */
+    uint64_t refusals;        /* acquires refused (budget, pins, file checks) */
+    uint64_t reclaimed_bytes; /* given back under pressure */
+} ortmem_residency_stats;
+
+/* Reserves a slot per catalogued tensor (one region, one granule-aligned
+ * slot each) and the ring, and registers a holder "weights" of role
+ * ORTMEM_ROLE_WEIGHTS that is reclaimable: pressure evicts cold (unpinned,
+ * unacquired) weights. The catalog stays in use until destroy. */
+ORTMEM_API ortmem_status ortmem_residency_cache_create(ortmem_authority *authority,
+                                                       ortmem_weight_catalog *catalog,
+                                                       const ortmem_residency_options *options,
+                                                       ortmem_residency_cache **out);
+/* ORTMEM_E_BUSY (nothing changes) while a tensor is acquired or pinned, or
+ * an eviction is still pending after a second. Decommits
+ * everything, unreserves, unregisters the holder. */
+ORTMEM_API ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *cache);
+
+/* Makes tensor readable on the device and sets *device_ptr: its own slot
+ * when resident (a hit copies nothing) or admitted, else a ring slot
+ * (streamed). The bytes have landed when it returns. The tensor stays put
+ * until ortmem_residency_release. ORTMEM_E_BUDGET naming the numbers when
+ * room cannot be made (everything resident is pinned or acquired). */
+ORTMEM_API ortmem_status ortmem_residency_acquire(ortmem_residency_cache *cache, uint32_t tensor,
+                                                  void **device_ptr);
+ORTMEM_API ortmem_status ortmem_residency_release(ortmem_residency_cache *cache, uint32_t tensor);
+
+/* Pins a tensor resident (paging it in when it is not): never evicted until
+ * unpinned. A captured graph that references the slot pins it. */
+ORTMEM_API ortmem_status ortmem_residency_pin(ortmem_residency_cache *cache, uint32_t tensor);
+ORTMEM_API ortmem_status ortmem_residency_unpin(ortmem_residency_cache *cache, uint32_t tensor);
+
+/* Evicts a resident tensor now (fence-ordered decommit, the VA stays).
+ * ORTMEM_E_BUSY naming the pins for a pinned or acquired tensor. */
+ORTMEM_API ortmem_status ortmem_residency_evict(ortmem_residency_cache *cache, uint32_t tensor);
+
+/* The tensor's own slot: the same pointer for the cache's whole life,
+ * resident or not. */
+ORTMEM_API ortmem_status ortmem_residency_slot(ortmem_residency_cache *cache, uint32_t tensor,
+                                               void **device_ptr);
+
+/* Non-zero when the tensor's slot is mapped with its bytes. */
+ORTMEM_API int ortmem_residency_is_resident(ortmem_residency_cache *cache, uint32_t tensor);
+
+ORTMEM_API ortmem_status ortmem_residency_stats_get(ortmem_residency_cache *cache,
+                                                    ortmem_residency_stats *stats);
+
+/* The cache's weights holder (for reports; never unregister it). */
+ORTMEM_API ortmem_holder *ortmem_residency_holder(ortmem_residency_cache *cache);
 
 #ifdef __cplusplus
 }

@@ -10,8 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* What a policy is created over. future/future_len: the whole access stream
- * when it is known in advance (required by BELADY, ignored by the others). */
+/* What a policy is created over; the arrays outlive the policy (it may keep
+ * the pointers). future/future_len: the whole access stream when it is known
+ * in advance (required by BELADY, ignored by the others). */
 typedef struct om_policy_config {
     const uint64_t *bytes; /* bytes[t] > 0, the tensor's resident size */
     uint32_t tensors;      /* >= 1 */

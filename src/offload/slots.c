@@ -1,0 +1,246 @@
+/* Stable-VA slots: the VA of every slot is reserved once, with the region,
+ * and never moves; only its extents come and go. */
+#include "offload/slots.h"
+
+#include <sched.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+typedef struct om_slot {
+    size_t offset, len; /* granule-aligned */
+    om_slot_state state;
+    ortmem_fence *fence; /* RETIRING */
+} om_slot;
+
+struct om_slots {
+    ortmem_authority *authority;
+    ortmem_backend *backend;
+    ortmem_region *region;
+    size_t granule;
+    uint32_t count;
+    uint32_t retiring;
+    om_slot *slot;
+};
+
+ortmem_status om_slots_create(ortmem_authority *authority, const ortmem_account *account,
+                              const uint64_t *bytes, uint32_t count, om_slots **out)
+{
+    ortmem_backend *b = ortmem_authority_backend(authority);
+    size_t granule = 0;
+    ortmem_status st = ortmem_backend_granule(b, &granule);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "weight slots");
+    om_slots *s = om_calloc(1, sizeof *s);
+    om_slot *slot = s ? om_calloc(count, sizeof *slot) : NULL;
+    if (!slot) {
+        om_free(s);
+        return OM_ERR(ORTMEM_E_NOMEM, "weight slots: bookkeeping for %u slots", count);
+    }
+    size_t offset = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t len = (bytes[i] + granule - 1) / granule * granule;
+        if (bytes[i] > SIZE_MAX - granule || len > SIZE_MAX - offset) {
+            om_free(slot);
+            om_free(s);
+            return OM_ERR(ORTMEM_E_OVERFLOW, "weight slots: slot %u of %llu bytes after %zu", i,
+                          (unsigned long long)bytes[i], offset);
+        }
+        slot[i].offset = offset;
+        slot[i].len = (size_t)len;
+        offset += (size_t)len;
+    }
+    ortmem_region_options ro = ORTMEM_REGION_OPTIONS_INIT;
+    ro.size = offset;
+    ro.account = account;
+    ro.extents.growth = ORTMEM_EXTENT_EXACT;
+    st = ortmem_region_create(b, &ro, &s->region);
+    if (st != ORTMEM_OK) {
+        om_free(slot);
+        om_free(s);
+        return om_error_wrap(st, "weight slots: reserving %zu bytes for %u slots", offset, count);
+    }
+    s->authority = authority;
+    s->backend = b;
+    s->granule = granule;
+    s->count = count;
+    s->slot = slot;
+    *out = s;
+    return ORTMEM_OK;
+}
+
+void *om_slots_ptr(const om_slots *s, uint32_t i)
+{
+    return (char *)ortmem_region_base(s->region) + s->slot[i].offset;
+}
+
+uint64_t om_slots_bytes(const om_slots *s, uint32_t i)
+{
+    return s->slot[i].len;
+}
+
+om_slot_state om_slots_state(const om_slots *s, uint32_t i)
+{
+    return s->slot[i].state;
+}
+
+size_t om_slots_granule(const om_slots *s)
+{
+    return s->granule;
+}
+
+uint32_t om_slots_retiring(const om_slots *s)
+{
+    return s->retiring;
+}
+
+/* Copies and waits for the copy's event; the compute stream may use the
+ * bytes once this returns. */
+static ortmem_status om_slots_copy(om_slots *s, uint32_t i, const void *host, uint64_t len,
+                                   uint64_t stream, bool *stalled)
+{
+    *stalled = false;
+    ortmem_status st =
+        ortmem_backend_copy_async(s->backend, om_slots_ptr(s, i), host, (size_t)len, stream);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "slot %u: copying %llu bytes in", i, (unsigned long long)len);
+    uint64_t event = 0;
+    st = ortmem_backend_event_record(s->backend, stream, &event);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "slot %u: recording the copy's event", i);
+    while ((st = ortmem_backend_event_query(s->backend, event)) == ORTMEM_E_BUSY) {
+        *stalled = true;
+        sched_yield();
+    }
+    if (st != ORTMEM_OK) {
+        om_error_saved saved;
+        om_error_save(&saved);
+        (void)ortmem_backend_event_destroy(s->backend, event);
+        (void)om_error_restore(&saved, st);
+        return om_error_wrap(st, "slot %u: waiting for the copy's event", i);
+    }
+    /* A failed destroy leaves an event the backend still tracks (and destroys
+     * with itself); the bytes have landed, so the fill stands. */
+    (void)ortmem_backend_event_destroy(s->backend, event);
+    return ORTMEM_OK;
+}
+
+ortmem_status om_slots_fill(om_slots *s, uint32_t i, const void *host, uint64_t len,
+                            uint64_t copy_stream, bool *stalled)
+{
+    om_slot *sl = &s->slot[i];
+    if (sl->state != OM_SLOT_EMPTY)
+        return OM_ERR(ORTMEM_E_STATE, "slot %u: fill of a slot in state %d", i, (int)sl->state);
+    ortmem_commit_range r = {sl->offset, sl->len, sl->offset + sl->len};
+    ortmem_extent_policy exact = {sizeof exact, ORTMEM_EXTENT_EXACT, 0};
+    ortmem_status st = ortmem_region_commit_grow(s->region, &r, 1, &exact);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "slot %u: committing %zu bytes", i, sl->len);
+    st = om_slots_copy(s, i, host, len, copy_stream, stalled);
+    if (st == ORTMEM_OK) {
+        sl->state = OM_SLOT_FILLED;
+        return ORTMEM_OK;
+    }
+    om_error_saved saved;
+    om_error_save(&saved);
+    ortmem_status undo = ortmem_region_decommit(s->region, sl->offset, sl->len);
+    if (undo == ORTMEM_E_QUARANTINED)
+        sl->state = OM_SLOT_QUARANTINED;
+    else if (undo != ORTMEM_OK)
+        sl->state = OM_SLOT_FILLED; /* mapped still, the bytes not all there: refill first */
+    (void)om_error_restore(&saved, st);
+    if (undo == ORTMEM_E_QUARANTINED)
+        return om_error_wrap(ORTMEM_E_QUARANTINED, "slot %u: undoing the commit quarantined", i);
+    if (sl->state == OM_SLOT_FILLED)
+        return om_error_wrap(st, "slot %u: the commit could not be undone (it stays mapped)", i);
+    return st;
+}
+
+ortmem_status om_slots_refill(om_slots *s, uint32_t i, const void *host, uint64_t len,
+                              uint64_t copy_stream, bool *stalled)
+{
+    if (s->slot[i].state != OM_SLOT_FILLED)
+        return OM_ERR(ORTMEM_E_STATE, "slot %u: refill of a slot in state %d", i,
+                      (int)s->slot[i].state);
+    return om_slots_copy(s, i, host, len, copy_stream, stalled);
+}
+
+ortmem_status om_slots_retire(om_slots *s, uint32_t i, uint64_t compute_stream)
+{
+    om_slot *sl = &s->slot[i];
+    if (sl->state != OM_SLOT_FILLED)
+        return OM_ERR(ORTMEM_E_STATE, "slot %u: eviction of a slot in state %d", i, (int)sl->state);
+    ortmem_fence *f = NULL;
+    ortmem_status st = ortmem_fence_create_event(s->backend, compute_stream, &f);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "slot %u: eviction's fence", i);
+    st = ortmem_region_decommit_after(s->region, sl->offset, sl->len, f);
+    if (st != ORTMEM_OK) {
+        om_error_saved saved;
+        om_error_save(&saved);
+        (void)ortmem_fence_destroy(f);
+        (void)om_error_restore(&saved, st);
+        return om_error_wrap(st, "slot %u: eviction", i);
+    }
+    sl->fence = f;
+    sl->state = OM_SLOT_RETIRING;
+    s->retiring++;
+    return ORTMEM_OK;
+}
+
+void om_slots_collect(om_slots *s, void (*done)(void *ctx, uint32_t slot, om_slot_state state),
+                      void *ctx)
+{
+    if (!s->retiring)
+        return;
+    /* Other holders' retirements are carried out too; their failures are
+     * theirs to see in their own polls. */
+    (void)ortmem_authority_poll(s->authority, NULL);
+    for (uint32_t i = 0; i < s->count && s->retiring; i++) {
+        om_slot *sl = &s->slot[i];
+        if (sl->state != OM_SLOT_RETIRING || ortmem_fence_destroy(sl->fence) != ORTMEM_OK)
+            continue;
+        sl->fence = NULL;
+        s->retiring--;
+        ortmem_range_state rs;
+        memset(&rs, 0, sizeof rs);
+        rs.struct_size = sizeof rs;
+        if (ortmem_region_range_state(s->region, sl->offset, sl->len, &rs) != ORTMEM_OK)
+            sl->state = OM_SLOT_QUARANTINED;
+        else if (rs.all_mapped)
+            sl->state = OM_SLOT_FILLED; /* dropped undone: the bytes are still there */
+        else if (rs.unmapped_granules == rs.granules) {
+            ortmem_granule_info gi;
+            memset(&gi, 0, sizeof gi);
+            gi.struct_size = sizeof gi;
+            bool quarantined = false;
+            for (size_t off = sl->offset; off < sl->offset + sl->len; off += s->granule)
+                if (ortmem_region_granule_info(s->region, off, &gi) == ORTMEM_OK &&
+                    gi.state == ORTMEM_GRANULE_QUARANTINED)
+                    quarantined = true;
+            sl->state = quarantined ? OM_SLOT_QUARANTINED : OM_SLOT_EMPTY;
+        } else
+            sl->state = OM_SLOT_QUARANTINED;
+        if (done)
+            done(ctx, i, sl->state);
+    }
+}
+
+ortmem_status om_slots_destroy(om_slots *s)
+{
+    /* Pending retirements name the region: let them finish first. */
+    if (s->retiring) {
+        (void)ortmem_authority_drain(s->authority, 1000, NULL);
+        om_slots_collect(s, NULL, NULL);
+    }
+    if (s->retiring)
+        return OM_ERR(ORTMEM_E_BUSY, "weight slots: %u evictions still pending after 1 s",
+                      s->retiring);
+    ortmem_status st = ortmem_region_destroy(s->region);
+    om_free(s->slot);
+    om_free(s);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "weight slots: destroying the region");
+    return ORTMEM_OK;
+}
