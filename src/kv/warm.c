@@ -10,8 +10,10 @@
  * best fit by private committed bytes; its charge moves back to "kv". A plain
  * take makes no backend call; a fork take copies the parent's live bytes back
  * into the private granules its tokens end in (copies, never a create, map,
- * unmap or release). Pressure releases ranges oldest first straight to the
- * backend; teardown releases all. */
+ * unmap or release). Prewarm builds ranges of one kind up front, each as a
+ * cold sequence grown to a stated length and finished, checked against the
+ * list's bounds and the budget first. Pressure releases ranges oldest first
+ * straight to the backend; teardown releases all. */
 #include <stdlib.h>
 #include <string.h>
 
