@@ -792,6 +792,7 @@ Test(kv_warm, prewarmed_fork_and_prompt_ranges_are_taken_with_no_handle_call)
     assert_no_handle_call_since(t.backend, calls, "prewarmed fork and prefix takes");
     st = kv_stats(t.cache);
     cr_assert_eq(st.warm_hits, 4);
+    cr_assert_eq(st.prefix_hits, 2, "the prewarm's sequences are no requests");
     cr_assert_eq(st.warm_ranges, 0);
     assert_ledger_exact(&t, "taken");
     for (int i = 0; i < 2; i++) {

@@ -166,10 +166,11 @@ ortmem_status om_seq_create_prompt(ortmem_kv_cache *c, const int32_t *tokens, si
         if (st == ORTMEM_OK) {
             s->prefix = p;
             s->length = s->shared_upto = s->source_tokens = reused = p->count;
+            /* A prewarm's sequence is no request: the take counts. */
             pthread_mutex_lock(&c->lock);
-            c->prefix_hits++;
-            c->prefix_tokens += p->count;
-            c->prefix_saved += (warm ? p->granules : shared) * c->geometry.granule;
+            c->prefix_hits += take;
+            c->prefix_tokens += take ? p->count : 0;
+            c->prefix_saved += take ? (warm ? p->granules : shared) * c->geometry.granule : 0;
             pthread_mutex_unlock(&c->lock);
         } else {
             om_prefix_unref(c, p);
