@@ -1131,6 +1131,11 @@ static void *race_worker(void *arg)
         bool fork = round % 2;
         uint64_t n = 10 + (x >> 33) % 300;
         uint32_t seed = r->id * 1000 + (uint32_t)round + 2;
+        if (round % 10 == 5) { /* a prewarm among the takes, finishes and pressure */
+            ortmem_status pw = fork ? ortmem_kv_seq_prewarm_forks(r->parent, 2, 100 + n)
+                                    : ortmem_kv_cache_prewarm(r->t->cache, 2, n);
+            *r->failures += pw != ORTMEM_OK && pw != ORTMEM_E_BUDGET && pw != ORTMEM_E_RANGE;
+        }
         ortmem_kv_seq *s = NULL;
         ortmem_status st =
             fork ? ortmem_kv_seq_fork(r->parent, &s) : ortmem_kv_seq_create(r->t->cache, &s);
@@ -1200,6 +1205,7 @@ Test(kv_warm, takes_finishes_and_pressure_race_without_a_leak_or_a_stale_byte, .
     cr_assert_eq(race_check(&t, parent, 0, 100, 1, false), 0);
     ortmem_kv_stats st = kv_stats(t.cache);
     cr_assert_gt(st.warm_hits, 0);
+    cr_assert_gt(st.warm_prewarmed, 0);
     cr_assert_eq(st.sequences, 1);
     assert_ledger_exact(&t, "after the race");
     /* What the workers left warm goes under one more grant that needs it. */
