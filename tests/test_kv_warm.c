@@ -616,6 +616,254 @@ Test(kv_warm, a_fork_takes_a_range_that_maps_the_same_parent_and_copies_its_part
     }
 }
 
+/* ---- prewarm ---- */
+
+/* The handle calls of one cold sequence grown to tokens in one append and
+ * finished, on a fresh cache of this layout: what each prewarmed range must
+ * cost, no more. */
+static void one_cold_range_calls(ortmem_kv_layout layout, uint64_t tokens,
+                                 uint64_t calls[ORTMEM_OP_COUNT])
+{
+    kvw t;
+    env_open(&t, 256 * G, warm_options(layout));
+    uint64_t before[ORTMEM_OP_COUNT];
+    calls_now(t.backend, before);
+    ortmem_kv_seq *s = NULL;
+    OK(ortmem_kv_seq_create(t.cache, &s));
+    OK(ortmem_kv_seq_append(s, tokens));
+    OK(ortmem_kv_seq_destroy(s));
+    calls_now(t.backend, calls);
+    for (int op = 0; op < ORTMEM_OP_COUNT; op++)
+        calls[op] -= before[op];
+    env_close(&t);
+}
+
+Test(kv_warm, prewarm_makes_the_modelled_calls_up_front_then_takes_and_growth_make_none)
+{
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        const char *name = ortmem_kv_layout_name(layouts[l]);
+        uint64_t one[ORTMEM_OP_COUNT];
+        one_cold_range_calls(layouts[l], 300, one);
+        kvw t;
+        ortmem_kv_cache_options o = warm_options(layouts[l]);
+        env_open(&t, 256 * G, o);
+        ortmem_kv_growth_cost cost = {.struct_size = sizeof cost};
+        ortmem_extent_policy policy = ORTMEM_EXTENT_POLICY_INIT;
+        OK(ortmem_kv_growth_evaluate(&o.geometry, &policy, MAX_CTX, 300, 300, 300, &cost));
+        uint64_t before[ORTMEM_OP_COUNT], after[ORTMEM_OP_COUNT];
+        calls_now(t.backend, before);
+        OK(ortmem_kv_cache_prewarm(t.cache, 3, 300));
+        calls_now(t.backend, after);
+        for (size_t k = 0; k < sizeof grow_ops / sizeof grow_ops[0]; k++) {
+            ortmem_backend_op op = grow_ops[k];
+            cr_assert_eq(after[op] - before[op], 3 * one[op], "%s: %llu %s calls, want 3 x %llu",
+                         name, (unsigned long long)(after[op] - before[op]),
+                         ortmem_backend_op_name(op), (unsigned long long)one[op]);
+        }
+        cr_assert_eq(after[ORTMEM_OP_CREATE] - before[ORTMEM_OP_CREATE], 3 * cost.calls_create,
+                     "%s: one create per modelled extent", name);
+        ortmem_kv_stats st = kv_stats(t.cache);
+        cr_assert_eq(st.warm_ranges, 3, "%s", name);
+        cr_assert_eq(st.warm_prewarmed, 3);
+        cr_assert_eq(st.sequences, 0);
+        cr_assert_eq(st.warm_bytes, 3 * cost.committed_bytes, "%s: the modelled bytes", name);
+        cr_assert_eq(st.warm_cleared_bytes, st.warm_bytes);
+        cr_assert_eq(holder_report(t.authority, "kv-warm").owned_bytes, st.warm_bytes);
+        assert_ledger_exact(&t, "prewarmed");
+
+        /* Three sequences take them and grow to 300 tokens: no handle call,
+         * and every token reads zeros until written. */
+        uint64_t calls[ORTMEM_OP_COUNT];
+        calls_now(t.backend, calls);
+        wseq *q[3];
+        for (int i = 0; i < 3; i++) {
+            q[i] = wseq_create(&t);
+            grow_unwritten(q[i], 300);
+            cr_assert_eq(bad_rows(&t, q[i]), 0, "%s: a prewarmed range is not clear", name);
+            write_tokens(&t, q[i], 0, 300, 70 + (uint32_t)i);
+        }
+        assert_no_handle_call_since(t.backend, calls, name);
+        st = kv_stats(t.cache);
+        cr_assert_eq(st.warm_hits, 3);
+        cr_assert_eq(st.warm_misses, 0, "%s: nobody started cold", name);
+        cr_assert_eq(st.warm_ranges, 0);
+        assert_ledger_exact(&t, "taken");
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(bad_rows(&t, q[i]), 0);
+            wseq_free(q[i]);
+        }
+        /* Finished, they are warm again: the next wave makes no call either. */
+        calls_now(t.backend, calls);
+        q[0] = wseq_create(&t);
+        grow_unwritten(q[0], 300);
+        assert_no_handle_call_since(t.backend, calls, name);
+        cr_assert_eq(bad_rows(&t, q[0]), 0, "%s: a finished token is readable", name);
+        wseq_free(q[0]);
+        env_close(&t);
+    }
+}
+
+Test(kv_warm, a_prewarm_that_does_not_fit_is_refused_with_the_numbers_and_changes_nothing)
+{
+    kvw t;
+    ortmem_kv_cache_options o = warm_options(ORTMEM_KV_TOKEN_MAJOR);
+    o.warm_max_ranges = 6;
+    env_open(&t, 12 * G, o); /* 5 granules a range of 300 tokens: two fit */
+    OK(ortmem_kv_cache_prewarm(t.cache, 1, 300));
+    ortmem_kv_stats st0 = kv_stats(t.cache);
+    ortmem_vmm_stats v0 = stats_of(t.backend);
+    ortmem_holder_report w0 = holder_report(t.authority, "kv-warm");
+    uint64_t calls[ORTMEM_OP_COUNT];
+    calls_now(t.backend, calls);
+
+    cr_assert_eq(ortmem_kv_cache_prewarm(t.cache, 3, 300), ORTMEM_E_BUDGET);
+    cr_assert_not_null(strstr(ortmem_last_error(), "need 983040 bytes more"), "%s",
+                       ortmem_last_error());
+    cr_assert_not_null(strstr(ortmem_last_error(), "available"), "%s", ortmem_last_error());
+    cr_assert_eq(ortmem_kv_cache_prewarm(t.cache, 6, 10), ORTMEM_E_RANGE);
+    cr_assert_not_null(strstr(ortmem_last_error(), "warm_max_ranges 6"), "%s", ortmem_last_error());
+    cr_assert_eq(ortmem_kv_cache_prewarm(t.cache, 1, MAX_CTX + 1), ORTMEM_E_RANGE);
+    int32_t prompt[4] = {1, 2, 3, 4};
+    cr_assert_eq(ortmem_kv_cache_prewarm_prompt(t.cache, prompt, 4, 1, 300), ORTMEM_E_NOT_FOUND);
+    assert_no_call_since(t.backend, calls, "refused prewarms");
+    ortmem_kv_stats st = kv_stats(t.cache);
+    cr_assert_eq(st.warm_ranges, st0.warm_ranges);
+    cr_assert_eq(st.warm_bytes, st0.warm_bytes);
+    cr_assert_eq(st.warm_prewarmed, 1);
+    cr_assert_eq(st.committed_bytes, st0.committed_bytes);
+    cr_assert_eq(stats_of(t.backend).owned_bytes, v0.owned_bytes);
+    cr_assert_eq(holder_report(t.authority, "kv-warm").owned_bytes, w0.owned_bytes);
+    assert_ledger_exact(&t, "refused");
+    /* What fits is built. */
+    OK(ortmem_kv_cache_prewarm(t.cache, 1, 300));
+    cr_assert_eq(kv_stats(t.cache).warm_ranges, 2);
+    OK(ortmem_kv_cache_destroy(t.cache));
+    t.cache = NULL;
+
+    /* No warm ranges: nothing to prewarm. */
+    o.warm_max_bytes = 0;
+    OK(ortmem_kv_cache_create(t.authority, &o, &t.cache));
+    cr_assert_eq(ortmem_kv_cache_prewarm(t.cache, 1, 300), ORTMEM_E_STATE);
+    env_close(&t);
+}
+
+Test(kv_warm, prewarmed_fork_and_prompt_ranges_are_taken_with_no_handle_call)
+{
+    kvw t;
+    ortmem_kv_cache_options o = warm_options(ORTMEM_KV_TOKEN_MAJOR);
+    o.prefix_cache = 1;
+    env_open(&t, 256 * G, o);
+    /* token-major: 64 tokens a granule; the parent ends inside granule 8. */
+    int32_t prompt[700];
+    for (int i = 0; i < 700; i++)
+        prompt[i] = 2000 + i;
+    wseq *parent = wseq_create(&t);
+    grow(&t, parent, 530, 80);
+    OK(ortmem_kv_seq_publish(parent->s, prompt, 530));
+    OK(ortmem_kv_seq_prewarm_forks(parent->s, 2, 900));
+    OK(ortmem_kv_cache_prewarm_prompt(t.cache, prompt, 700, 2, 900));
+    ortmem_kv_stats st = kv_stats(t.cache);
+    cr_assert_eq(st.warm_ranges, 4);
+    cr_assert_eq(st.warm_prewarmed, 4);
+    assert_ledger_exact(&t, "prewarmed kinds");
+
+    uint64_t calls[ORTMEM_OP_COUNT];
+    calls_now(t.backend, calls);
+    wseq *k[2], *p[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = calloc(1, sizeof *k[i]);
+        OK(ortmem_kv_seq_fork(parent->s, &k[i]->s));
+        k[i]->len = parent->len;
+        memcpy(k[i]->seeds, parent->seeds, sizeof k[i]->seeds);
+        cr_assert_eq(bad_rows(&t, k[i]), 0, "the parent's tokens in a prewarmed fork");
+        grow_unwritten(k[i], 900 - 530);
+        cr_assert_eq(bad_rows(&t, k[i]), 0, "a prewarmed fork's own tokens read zeros");
+        write_tokens(&t, k[i], 530, 900, 81 + (uint32_t)i);
+        p[i] = calloc(1, sizeof *p[i]);
+        uint64_t reused = 0;
+        OK(ortmem_kv_seq_create_with_prompt(t.cache, prompt, 700, &p[i]->s, &reused));
+        cr_assert_eq(reused, 512);
+        p[i]->len = reused;
+        for (uint64_t tok = 0; tok < reused; tok++)
+            p[i]->seeds[tok] = 80;
+        grow_unwritten(p[i], 900 - reused);
+        cr_assert_eq(bad_rows(&t, p[i]), 0, "the prefix reads back, the rest zeros");
+    }
+    assert_no_handle_call_since(t.backend, calls, "prewarmed fork and prefix takes");
+    st = kv_stats(t.cache);
+    cr_assert_eq(st.warm_hits, 4);
+    cr_assert_eq(st.prefix_hits, 2, "the prewarm's sequences are no requests");
+    cr_assert_eq(st.warm_ranges, 0);
+    assert_ledger_exact(&t, "taken");
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(bad_rows(&t, k[i]), 0);
+        wseq_free(k[i]);
+        wseq_free(p[i]);
+    }
+    wseq_free(parent);
+    env_close(&t);
+}
+
+Test(kv_warm, prewarmed_ranges_are_cleared_of_what_their_granules_held_before)
+{
+    kvw t;
+    ortmem_kv_cache_options o = warm_options(ORTMEM_KV_TOKEN_MAJOR);
+    env_open(&t, 64 * G, o);
+    OK(ortmem_pool_set_cap(t.backend, 32 * G));
+    /* A cache without warm ranges on the same backend: its finished
+     * sequence's written granules go to the pool as they are. */
+    ortmem_kv_cache *warm = t.cache, *cold = NULL;
+    o.warm_max_bytes = 0;
+    OK(ortmem_kv_cache_create(t.authority, &o, &cold));
+    t.cache = cold;
+    wseq *a = wseq_create(&t);
+    grow(&t, a, 300, 91);
+    wseq_free(a);
+    t.cache = warm;
+    cr_assert_gt(stats_of(t.backend).pool_bytes, 0, "the pool holds a's written granules");
+    uint64_t hits = stats_of(t.backend).pool_hits;
+    OK(ortmem_kv_cache_prewarm(t.cache, 1, 300));
+    cr_assert_gt(stats_of(t.backend).pool_hits, hits, "the prewarm reused a's granules");
+    wseq *d = wseq_create(&t);
+    grow_unwritten(d, 300);
+    cr_assert_eq(bad_rows(&t, d), 0, "a prewarmed range shows bytes its granules held before");
+    assert_ledger_exact(&t, "after");
+    wseq_free(d);
+    OK(ortmem_kv_cache_destroy(cold));
+    OK(ortmem_kv_cache_destroy(t.cache));
+    t.cache = NULL;
+    size_t released = 0;
+    OK(ortmem_pool_trim(t.backend, 0, &released));
+    env_close(&t);
+}
+
+Test(kv_warm, pressure_releases_prewarmed_ranges_oldest_first_with_exact_ledgers)
+{
+    kvw t;
+    env_open(&t, 32 * G, warm_options(ORTMEM_KV_TOKEN_MAJOR));
+    OK(ortmem_kv_cache_prewarm(t.cache, 4, 192)); /* 3 granules each */
+    ortmem_kv_stats st = kv_stats(t.cache);
+    cr_assert_eq(st.warm_bytes, 12 * G);
+    cr_assert_eq(stats_of(t.backend).owned_bytes, 13 * G);
+    ortmem_holder *other = NULL;
+    ortmem_account acc = holder_account_of(t.authority, "engine", &other);
+    ortmem_region_options ro = ORTMEM_REGION_OPTIONS_INIT;
+    ro.size = 32 * G;
+    ro.account = &acc;
+    ortmem_region *r = NULL;
+    OK(ortmem_region_create(t.backend, &ro, &r));
+    OK(ortmem_region_commit(r, 0, 23 * G)); /* 19 free: two ranges go */
+    st = kv_stats(t.cache);
+    cr_assert_eq(st.warm_ranges, 2);
+    cr_assert_eq(st.warm_reclaimed_bytes, 6 * G);
+    cr_assert_eq(holder_report(t.authority, "kv-warm").owned_bytes, 6 * G);
+    cr_assert_eq(stats_of(t.backend).pool_bytes, 0, "straight to the backend");
+    assert_ledger_exact(&t, "after pressure");
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_holder_unregister(other));
+    env_close(&t);
+}
+
 /* ---- pressure and teardown ---- */
 
 Test(kv_warm, pressure_from_another_holder_releases_warm_ranges_oldest_first)
@@ -883,6 +1131,11 @@ static void *race_worker(void *arg)
         bool fork = round % 2;
         uint64_t n = 10 + (x >> 33) % 300;
         uint32_t seed = r->id * 1000 + (uint32_t)round + 2;
+        if (round % 10 == 5) { /* a prewarm among the takes, finishes and pressure */
+            ortmem_status pw = fork ? ortmem_kv_seq_prewarm_forks(r->parent, 2, 100 + n)
+                                    : ortmem_kv_cache_prewarm(r->t->cache, 2, n);
+            *r->failures += pw != ORTMEM_OK && pw != ORTMEM_E_BUDGET && pw != ORTMEM_E_RANGE;
+        }
         ortmem_kv_seq *s = NULL;
         ortmem_status st =
             fork ? ortmem_kv_seq_fork(r->parent, &s) : ortmem_kv_seq_create(r->t->cache, &s);
@@ -952,6 +1205,7 @@ Test(kv_warm, takes_finishes_and_pressure_race_without_a_leak_or_a_stale_byte, .
     cr_assert_eq(race_check(&t, parent, 0, 100, 1, false), 0);
     ortmem_kv_stats st = kv_stats(t.cache);
     cr_assert_gt(st.warm_hits, 0);
+    cr_assert_gt(st.warm_prewarmed, 0);
     cr_assert_eq(st.sequences, 1);
     assert_ledger_exact(&t, "after the race");
     /* What the workers left warm goes under one more grant that needs it. */

@@ -224,7 +224,9 @@ Test(kvdemo, warm_ranges_cut_the_steady_state_handle_calls_and_leave_none_where_
 {
     for (int sharing = 0; sharing < 2; sharing++) {
         const char *prompt = sharing ? "300" : "0";
-        const char *on_args[] = {SMALL, "--system-prompt", prompt, "--json", NULL};
+        /* Without prewarm: what finished ranges alone do. */
+        const char *on_args[] = {SMALL, "--system-prompt", prompt, "--prewarm",
+                                 "off", "--json",          NULL};
         const char *off_args[] = {SMALL, "--system-prompt", prompt, "--warm",
                                   "off", "--json",          NULL};
         child_result on = kvdemo(on_args), off = kvdemo(off_args);
@@ -261,6 +263,38 @@ Test(kvdemo, warm_ranges_cut_the_steady_state_handle_calls_and_leave_none_where_
         child_result_free(&on);
         child_result_free(&off);
     }
+}
+
+/* The default run pre-warms --batch ranges of each kind for the longest
+ * request at start (counted in the warm-up): no request after the warm-up
+ * makes a create, map, unmap or release in any stable configuration, and
+ * every request takes a warm range. */
+Test(kvdemo, prewarm_leaves_no_steady_state_handle_call_in_the_default_run, .timeout = 600)
+{
+    const char *args[] = {"--json", NULL};
+    child_result r = kvdemo(args);
+    cr_assert_eq(r.status, 0, "exit %d, stderr:\n%s", r.status, r.err);
+    cr_assert_not_null(strstr(r.out, "\"prewarm\": true"));
+    const char *c[8];
+    size_t n = configurations(r.out, c, 8);
+    cr_assert_eq(n, 6, "%zu configurations", n);
+    size_t stable = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!json_string_is(c[i], "strategy", "stable"))
+            continue;
+        stable++;
+        double max = 0;
+        double after = steady_after(c[i], &max);
+        cr_assert_eq(after, 0, "%.300s: %.0f handle calls after the warm-up (max %.0f)", c[i],
+                     after, max);
+        cr_assert_eq(max, 0);
+        const char *warm = strstr(c[i], "\"warm\": {");
+        cr_assert_not_null(warm, "%.300s", c[i]);
+        cr_assert_eq(json_number_at(warm, "hits"), 48, "%.400s", warm);
+        cr_assert_geq(json_number_at(warm, "prewarmed"), 16, "%.400s", warm);
+    }
+    cr_assert_eq(stable, 3);
+    child_result_free(&r);
 }
 
 /* --io copy is the CUDA backend's way to the K/V bytes; on the CPU backend it

@@ -274,6 +274,34 @@ ORTMEM_API ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *seq, uint64_t len
  * Writes after the fork never leak between the two (appends copy shared
  * extents first). */
 ORTMEM_API ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *seq, ortmem_kv_seq **child);
+/* Prewarm (stable caches with warm ranges): builds `count` ranges of one kind
+ * at once, as cold sequences grown to `tokens` (the zero tail mapped past
+ * them) and finished — cleared, charged to "kv-warm", newest last on the warm
+ * list — so that a later create, create with a prompt or fork of that kind
+ * takes one with no create, map, unmap or release, and growth up to `tokens`
+ * makes none either. An engine calls them at start-up, sized to its batch and
+ * its longest request (count = the batch, tokens = the most a request may
+ * hold). Kinds: ortmem_kv_cache_prewarm plain ranges;
+ * ortmem_kv_cache_prewarm_prompt ranges that map the published prefix entry
+ * prompt finds (ORTMEM_E_NOT_FOUND: none); ortmem_kv_seq_prewarm_forks ranges
+ * of forks of parent at its current length. Each range is built in a
+ * sequence slot of its own, one at a time (ORTMEM_E_BUSY at max_sequences).
+ * Refused, with the numbers and nothing changed: ORTMEM_E_STATE (no warm
+ * ranges: bucket strategy or warm_max_bytes 0), ORTMEM_E_RANGE (tokens above
+ * max_context; the ranges would not fit warm_max_ranges or warm_max_bytes
+ * beside those on the list), ORTMEM_E_BUDGET (their private bytes exceed the
+ * authority's available bytes; plain ranges are checked against the growth
+ * model before any call, fork and prefix ranges once the first one is built:
+ * then that one is released again). A failure while building releases the
+ * ranges built so far. count 0: nothing. */
+ORTMEM_API ortmem_status ortmem_kv_cache_prewarm(ortmem_kv_cache *cache, uint32_t count,
+                                                 uint64_t tokens);
+ORTMEM_API ortmem_status ortmem_kv_cache_prewarm_prompt(ortmem_kv_cache *cache,
+                                                        const int32_t *prompt, size_t prompt_tokens,
+                                                        uint32_t count, uint64_t tokens);
+ORTMEM_API ortmem_status ortmem_kv_seq_prewarm_forks(ortmem_kv_seq *parent, uint32_t count,
+                                                     uint64_t tokens);
+
 /* A stable sequence's range may stay warm for the next sequence (see
  * ortmem_kv_cache_options). ORTMEM_E_QUARANTINED: destroyed, but its granules,
  * or those of a warm range released on the way, were quarantined. */
@@ -324,6 +352,7 @@ typedef struct ortmem_kv_stats {
     uint64_t warm_misses;            /* stable sequences that found none and started cold */
     uint64_t warm_reclaimed_bytes;   /* given back by warm ranges released (pressure, limits) */
     uint64_t warm_cleared_bytes;     /* zeroed at finish so no old token is ever read */
+    uint64_t warm_prewarmed;         /* ranges a prewarm put on the warm list */
 } ortmem_kv_stats;
 
 ORTMEM_API ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *cache, ortmem_kv_stats *stats);

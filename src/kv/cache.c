@@ -563,6 +563,7 @@ ortmem_status ortmem_kv_cache_stats(ortmem_kv_cache *c, ortmem_kv_stats *stats)
     s.warm_misses = c->warm_misses;
     s.warm_reclaimed_bytes = c->warm_reclaimed;
     s.warm_cleared_bytes = c->warm_cleared;
+    s.warm_prewarmed = c->warm_prewarmed;
     pthread_mutex_unlock(&c->lock);
     for (size_t i = 0; i < n; i++) {
         ortmem_kv_seq *q = seqs[i];

@@ -80,7 +80,8 @@ struct ortmem_kv_cache {
     uint64_t warm_max_bytes, warm_max_ranges;
     om_warm *warm_head, *warm_tail; /* cache lock */
     uint64_t warm_count, warm_bytes, warm_hits, warm_misses, warm_reclaimed, warm_cleared;
-    uint64_t warm_seq; /* finish order */
+    uint64_t warm_seq;       /* finish order */
+    uint64_t warm_prewarmed; /* ranges a prewarm put on the list */
 };
 
 /* Fragment f's byte range in a sequence of capacity cap. */
@@ -140,8 +141,9 @@ uint64_t om_prefix_block_tokens(const ortmem_kv_cache *c);
  * NULL), a prefix start (prefix set) or a fork (parent set, locked) — best
  * fit for need_bytes of private committed bytes (UINT64_MAX: unknown, the
  * largest), with no backend call for a plain one; *taken false when none fits
- * (s unchanged). */
-bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted);
+ * (s unchanged). Finish with keep set (a prewarm): the range goes onto *keep
+ * (next-linked), not the list, and nothing is evicted. */
+bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted, om_warm **keep);
 ortmem_status om_warm_take(ortmem_kv_cache *c, ortmem_kv_seq *s, om_prefix *prefix,
                            ortmem_kv_seq *parent, uint64_t need_bytes, bool *taken);
 /* A sequence whose region goes: the warm fork ranges of that parent can
@@ -150,6 +152,15 @@ ortmem_status om_warm_forget_source(ortmem_kv_cache *c, ortmem_region *parent);
 uint64_t om_warm_pressure(void *user, uint64_t want_bytes);
 /* Releases every warm range (teardown). */
 ortmem_status om_warm_free_all(ortmem_kv_cache *c);
+
+/* Sequence create, fork and destroy for a prewarm (sequence.c): take false
+ * starts cold whatever the warm list holds; the fork's parent is locked
+ * (om_seq_pin); destroy with keep set gives the range to *keep (*kept says
+ * whether it did) instead of the warm list. */
+ortmem_status om_seq_create_prompt(ortmem_kv_cache *c, const int32_t *tokens, size_t count,
+                                   ortmem_kv_seq **out, uint64_t *reused_tokens, bool take);
+ortmem_status om_seq_fork_locked(ortmem_kv_seq *parent, ortmem_kv_seq **child, bool take);
+ortmem_status om_seq_destroy_keep(ortmem_kv_seq *s, om_warm **keep, bool *kept);
 
 ortmem_status om_seq_pin(ortmem_kv_seq *s, const char *what);
 void om_seq_unpin(ortmem_kv_seq *s);

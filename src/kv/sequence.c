@@ -74,10 +74,11 @@ static void om_seq_unlink(ortmem_kv_cache *c, ortmem_kv_seq *s)
 }
 
 /* A new, empty, listed sequence; stable ones get their region: a warm range
- * of the kind asked for (prefix, fork parent or neither; *warm says so) or a
- * cold one. */
+ * of the kind asked for (prefix, fork parent or neither; *warm says so) or,
+ * without one or when take is false (a prewarm builds new ranges), a cold
+ * one. */
 static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out, om_prefix *prefix,
-                                ortmem_kv_seq *parent, uint64_t need_bytes, bool *warm)
+                                ortmem_kv_seq *parent, uint64_t need_bytes, bool take, bool *warm)
 {
     *warm = false;
     ortmem_kv_seq *s = om_calloc(1, sizeof *s);
@@ -90,7 +91,7 @@ static ortmem_status om_seq_new(ortmem_kv_cache *c, ortmem_kv_seq **out, om_pref
     pthread_mutex_lock(&c->lock);
     bool full = c->max_sequences && c->seq_count >= c->max_sequences;
     pthread_mutex_unlock(&c->lock);
-    if (c->strategy == ORTMEM_KV_STABLE && !full)
+    if (c->strategy == ORTMEM_KV_STABLE && !full && take)
         st = om_warm_take(c, s, prefix, parent, need_bytes, warm);
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && !*warm)
         st = om_seq_attach(c, s, c->max_context);
@@ -135,9 +136,8 @@ static void om_seq_discard(ortmem_kv_cache *c, ortmem_kv_seq *s)
     om_handle_end_destroy();
 }
 
-ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t *tokens,
-                                               size_t count, ortmem_kv_seq **out,
-                                               uint64_t *reused_tokens)
+ortmem_status om_seq_create_prompt(ortmem_kv_cache *c, const int32_t *tokens, size_t count,
+                                   ortmem_kv_seq **out, uint64_t *reused_tokens, bool take)
 {
     om_error_clear();
     if (!out || (count && !tokens))
@@ -152,7 +152,7 @@ ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t
      * create without a prompt does not know its length: the largest. */
     uint64_t need = tokens ? count * c->bytes_per_token : UINT64_MAX;
     bool warm = false;
-    st = om_seq_new(c, &s, p, NULL, need, &warm);
+    st = om_seq_new(c, &s, p, NULL, need, take, &warm);
     if (st != ORTMEM_OK && p) {
         om_prefix_unref(c, p);
         p = NULL;
@@ -166,10 +166,11 @@ ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t
         if (st == ORTMEM_OK) {
             s->prefix = p;
             s->length = s->shared_upto = s->source_tokens = reused = p->count;
+            /* A prewarm's sequence is no request: the take counts. */
             pthread_mutex_lock(&c->lock);
-            c->prefix_hits++;
-            c->prefix_tokens += p->count;
-            c->prefix_saved += (warm ? p->granules : shared) * c->geometry.granule;
+            c->prefix_hits += take;
+            c->prefix_tokens += take ? p->count : 0;
+            c->prefix_saved += take ? (warm ? p->granules : shared) * c->geometry.granule : 0;
             pthread_mutex_unlock(&c->lock);
         } else {
             om_prefix_unref(c, p);
@@ -192,12 +193,24 @@ ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t
     return st;
 }
 
+ortmem_status ortmem_kv_seq_create_with_prompt(ortmem_kv_cache *c, const int32_t *tokens,
+                                               size_t count, ortmem_kv_seq **out,
+                                               uint64_t *reused_tokens)
+{
+    return om_seq_create_prompt(c, tokens, count, out, reused_tokens, true);
+}
+
 ortmem_status ortmem_kv_seq_create(ortmem_kv_cache *c, ortmem_kv_seq **out)
 {
     return ortmem_kv_seq_create_with_prompt(c, NULL, 0, out, NULL);
 }
 
 ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *s)
+{
+    return om_seq_destroy_keep(s, NULL, NULL);
+}
+
+ortmem_status om_seq_destroy_keep(ortmem_kv_seq *s, om_warm **keep, bool *kept)
 {
     om_error_clear();
     ortmem_status st = om_handle_pin(s, OM_KIND_KV_SEQ, "kv sequence destroy");
@@ -216,7 +229,9 @@ ortmem_status ortmem_kv_seq_destroy(ortmem_kv_seq *s)
     om_error_saved warm_failure = {""};
     if (forgot != ORTMEM_OK)
         om_error_save(&warm_failure);
-    (void)om_warm_finish(c, s, &evicted);
+    bool was_kept = om_warm_finish(c, s, &evicted, keep);
+    if (kept)
+        *kept = was_kept;
     if (evicted != ORTMEM_OK)
         om_error_save(&warm_failure);
     if (s->prefix)
@@ -688,13 +703,21 @@ ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *s, ortmem_kv_seq **child)
     ortmem_status st = om_seq_pin(s, "kv fork");
     if (st != ORTMEM_OK)
         return st;
+    st = om_seq_fork_locked(s, child, true);
+    om_seq_unpin(s);
+    return st;
+}
+
+ortmem_status om_seq_fork_locked(ortmem_kv_seq *s, ortmem_kv_seq **child, bool take)
+{
     ortmem_kv_cache *c = s->cache;
+    ortmem_status st = ORTMEM_OK;
     ortmem_kv_seq *k = NULL;
     if (s->host)
         st = OM_ERR(ORTMEM_E_STATE, "kv fork: the sequence is swapped out");
     bool warm = false;
     if (st == ORTMEM_OK)
-        st = om_seq_new(c, &k, NULL, s, UINT64_MAX, &warm);
+        st = om_seq_new(c, &k, NULL, s, UINT64_MAX, take, &warm);
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_BUCKET && s->region)
         st = om_seq_attach(c, k, s->capacity);
     /* A warm range of this parent maps its extents and has its copies. */
@@ -727,7 +750,6 @@ ortmem_status ortmem_kv_seq_fork(ortmem_kv_seq *s, ortmem_kv_seq **child)
             s->shared_upto = s->length; /* the parent's granules are shared now too */
         *child = k;
     }
-    om_seq_unpin(s);
     return st;
 }
 

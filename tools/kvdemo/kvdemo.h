@@ -21,6 +21,7 @@ typedef struct kd_options {
     const char *io;  /* --io as given, NULL: the backend's default */
     bool copy_io;    /* K/V bytes through the backend's copies (device memory), not stores */
     bool warm;       /* --warm on (default): stable caches keep finished ranges warm */
+    bool prewarm;    /* --prewarm on (default): with warm ranges, pre-warm for the batch */
     bool warmup_set, device_set;
     uint64_t granule, requests, batch, max_context, prompt_min, prompt_max, gen_min, gen_max,
         system_tokens, seed, budget, verify_samples;
@@ -97,8 +98,10 @@ typedef struct kd_result {
     uint64_t copies; /* copy_async calls of --io copy (writes and reads) */
     kd_calls calls;
     double seconds;
-    bool prefix_cache;     /* the cache kept published prefixes */
-    char prefix_note[600]; /* why not, or what publishing said */
+    bool prefix_cache;      /* the cache kept published prefixes */
+    char prefix_note[600];  /* why not, or what publishing said */
+    uint64_t prewarmed;     /* warm ranges pre-warmed at start (the cache's warm_prewarmed) */
+    char prewarm_note[600]; /* what the prewarm calls made, or why one was refused */
     ortmem_kv_strategy auto_strategy;
     char explain[2048]; /* an auto cache on this layout, for this workload */
     char first_corruption[300];

@@ -30,7 +30,7 @@ static void usage(FILE *out)
           "                     [--gen-min T] [--gen-max T] [--system-prompt T] [--seed S]\n"
           "                     [--budget SIZE] [--verify N] [--warmup N] [--json]\n"
           "                     [--plot PATH.svg] [--backend cpu|cuda] [--device N]\n"
-          "                     [--io store|copy] [--warm on|off]\n"
+          "                     [--io store|copy] [--warm on|off] [--prewarm on|off]\n"
           "\n"
           "KV paging on the CPU backend (or CUDA's): a serving-like workload (requests of\n"
           "varied prompt and generation lengths, continuous batching, a system prompt\n"
@@ -83,6 +83,13 @@ static void usage(FILE *out)
           "                      sequence's range mapped (cleared) and the next sequence\n"
           "                      of its kind takes it with no create, map, unmap or\n"
           "                      release; off: every finished range is decommitted\n"
+          "  --prewarm on|off    with warm ranges (default on): at start, as an engine\n"
+          "                      sized to its batch would, the stable cache pre-warms\n"
+          "                      --batch ranges of each kind (plain, forks of the system\n"
+          "                      prompt's sequence, the published system prompt), each\n"
+          "                      committed for the longest request (prompt and generated\n"
+          "                      tokens at most), so no later request makes a create,\n"
+          "                      map, unmap or release; its calls count in the warm-up\n"
           "  --json              one JSON object on stdout instead of progress and tables\n"
           "  --plot PATH.svg     committed MiB against the decode step for every\n"
           "                      configuration, live and unique live MiB for reference;\n"
@@ -138,6 +145,12 @@ static int apply_option(void *context, const char *name, const char *value)
         o->warm = strcmp(value, "on") == 0;
         return 0;
     }
+    if (strcmp(name, "--prewarm") == 0) {
+        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
+            return fail(EXIT_USAGE, "--prewarm '%s': not on or off", value);
+        o->prewarm = strcmp(value, "on") == 0;
+        return 0;
+    }
     if (strcmp(name, "--plot") == 0) {
         if (!*value)
             return fail(EXIT_USAGE, "--plot needs a file name");
@@ -188,10 +201,12 @@ static int parse_args(int argc, char **argv, kd_options *o, bool *help)
         {NULL, NULL},
     };
     static const char *const valued[] = {
-        "--model",         "--plot",       "--granule",    "--requests", "--batch",
-        "--max-context",   "--prompt-min", "--prompt-max", "--gen-min",  "--gen-max",
-        "--system-prompt", "--seed",       "--budget",     "--verify",   "--warmup",
-        "--backend",       "--device",     "--io",         "--warm",     NULL,
+        "--model",   "--plot",        "--granule",       "--requests",
+        "--batch",   "--max-context", "--prompt-min",    "--prompt-max",
+        "--gen-min", "--gen-max",     "--system-prompt", "--seed",
+        "--budget",  "--verify",      "--warmup",        "--backend",
+        "--device",  "--io",          "--warm",          "--prewarm",
+        NULL,
     };
     const cli_parser parser = {"ortmem-kvdemo", flags, valued, apply_option, o};
     return cli_parse(&parser, argc, argv);
@@ -456,9 +471,12 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
             "\"bytes_per_token\": %" PRIu64 ", \"granule\": %" PRIu64 ",\n",
             g->layers, g->kv_heads, g->head_dim, ortmem_kv_dtype_name(g->dtype), e.bytes_per_token,
             o->granule);
-    fprintf(out, " \"backend\": \"%s\", \"device\": %" PRIu64 ", \"io\": \"%s\", \"warm\": %s,\n",
+    fprintf(out,
+            " \"backend\": \"%s\", \"device\": %" PRIu64
+            ", \"io\": \"%s\", \"warm\": %s, \"prewarm\": %s,\n",
             o->backend == KD_BACKEND_CUDA ? "cuda" : "cpu", o->device,
-            o->copy_io ? "copy" : "store", o->warm ? "true" : "false");
+            o->copy_io ? "copy" : "store", o->warm ? "true" : "false",
+            o->warm && o->prewarm ? "true" : "false");
     fprintf(out,
             " \"workload\": {\"seed\": %" PRIu64 ", \"requests\": %zu, \"plain\": %" PRIu64
             ", \"fork\": %" PRIu64 ", \"prefix\": %" PRIu64 ", \"batch\": %" PRIu64
@@ -508,10 +526,12 @@ static void put_json(FILE *out, const kd_options *o, const ortmem_kv_geometry *g
         fprintf(out,
                 ", \"copies\": %" PRIu64 ",\n   \"warm\": {\"ranges\": %" PRIu64
                 ", \"bytes\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
-                ", \"reclaimed_bytes\": %" PRIu64 ", \"cleared_bytes\": %" PRIu64 "}"
-                ",\n   \"backend_calls\": ",
+                ", \"reclaimed_bytes\": %" PRIu64 ", \"cleared_bytes\": %" PRIu64
+                ", \"prewarmed\": %" PRIu64 ", \"prewarm_note\": ",
                 r->copies, st->warm_ranges, st->warm_bytes, st->warm_hits, st->warm_misses,
-                st->warm_reclaimed_bytes, st->warm_cleared_bytes);
+                st->warm_reclaimed_bytes, st->warm_cleared_bytes, st->warm_prewarmed);
+        json_string(out, r->prewarm_note);
+        fputs("},\n   \"backend_calls\": ", out);
         put_json_calls(out, &r->calls);
         fputc('}', out);
     }
@@ -551,6 +571,7 @@ int main(int argc, char **argv)
         .budget = (uint64_t)64 << 30,
         .verify_samples = 64,
         .warm = true,
+        .prewarm = true,
     };
     bool help = false;
     int rc = parse_args(argc, argv, &o, &help);

@@ -79,6 +79,7 @@ typedef struct kd_state {
     size_t queue_head, queue_len;
     uint64_t *generated;    /* per request, before a preemption */
     bool publish_dead;      /* publishing cannot work on this cache */
+    bool published;         /* the system prompt has a prefix entry (at start) */
     bool admission_blocked; /* refused: wait until a request finishes */
     uint64_t rng;
     bool failed;
@@ -552,12 +553,69 @@ static void kd_make_holder(kd_state *s)
         return;
     st = ortmem_kv_seq_publish(s->holder.seq, s->w->system, s->w->system_tokens);
     if (st == ORTMEM_OK) {
+        s->published = true;
         snprintf(r->prefix_note, sizeof r->prefix_note,
                  "the system prompt (%" PRIu64 " tokens) is published", s->w->system_tokens);
     } else {
         snprintf(r->prefix_note, sizeof r->prefix_note, "publishing the system prompt: %s",
                  ortmem_last_error());
         s->publish_dead = st != ORTMEM_E_BUDGET;
+    }
+}
+
+/* What an engine does at start-up with warm ranges: a range per request of
+ * the batch of each kind it serves (plain; forks of the system prompt's
+ * sequence; the published system prompt), each committed for the longest
+ * request, so that no request after it makes a create, map, unmap or
+ * release: neither a cold start (a new peak of a kind's concurrency) nor
+ * growth past a range's committed granules. Charged to the warm-up. A
+ * refusal (the budget) is noted and the run goes on without. */
+static void kd_prewarm(kd_state *s)
+{
+    kd_result *r = s->r;
+    const kd_options *o = s->o;
+    if (!o->warm || !o->prewarm || r->strategy != ORTMEM_KV_STABLE || s->failed)
+        return;
+    uint64_t longest = o->prompt_max > o->system_tokens + o->prompt_min
+                           ? o->prompt_max
+                           : o->system_tokens + o->prompt_min;
+    longest += o->gen_max;
+    if (longest > o->max_context)
+        longest = o->max_context;
+    uint32_t count = (uint32_t)o->batch;
+    const char *kinds[3] = {"plain", "fork", "prefix"};
+    ortmem_status st[3] = {ORTMEM_OK, ORTMEM_OK, ORTMEM_OK};
+    bool tried[3] = {true, s->holder.seq != NULL, s->published};
+    char why[3][300] = {"", "", ""};
+    st[0] = ortmem_kv_cache_prewarm(s->cache, count, longest);
+    if (st[0] != ORTMEM_OK)
+        snprintf(why[0], sizeof why[0], "%s", ortmem_last_error());
+    if (tried[1] &&
+        (st[1] = ortmem_kv_seq_prewarm_forks(s->holder.seq, count, longest)) != ORTMEM_OK)
+        snprintf(why[1], sizeof why[1], "%s", ortmem_last_error());
+    if (tried[2] && (st[2] = ortmem_kv_cache_prewarm_prompt(
+                         s->cache, s->w->system, s->w->system_tokens, count, longest)) != ORTMEM_OK)
+        snprintf(why[2], sizeof why[2], "%s", ortmem_last_error());
+    ortmem_kv_stats ks = {.struct_size = sizeof ks};
+    if (ortmem_kv_cache_stats(s->cache, &ks) == ORTMEM_OK)
+        r->prewarmed = ks.warm_prewarmed;
+    size_t used = (size_t)snprintf(
+        r->prewarm_note, sizeof r->prewarm_note,
+        "pre-warmed %" PRIu64 " ranges of %" PRIu64 " tokens:", r->prewarmed, longest);
+    for (int k = 0; k < 3 && used < sizeof r->prewarm_note; k++) {
+        if (!tried[k])
+            continue;
+        used += (size_t)snprintf(r->prewarm_note + used, sizeof r->prewarm_note - used, " %s %s%s",
+                                 kinds[k], st[k] == ORTMEM_OK ? "yes" : "refused: ", why[k]);
+    }
+    for (int k = 0; k < 3; k++) {
+        /* The budget, the list's bounds, or a prefix entry that pressure
+         * evicted meanwhile: the run goes on without those ranges. */
+        if (st[k] != ORTMEM_OK && st[k] != ORTMEM_E_BUDGET && st[k] != ORTMEM_E_RANGE &&
+            st[k] != ORTMEM_E_NOT_FOUND) {
+            kd_fail(s, st[k], "prewarm of %s ranges (%s)", kinds[k], why[k]);
+            return;
+        }
     }
 }
 
@@ -1018,6 +1076,9 @@ bool kd_run(const kd_options *o, const ortmem_kv_geometry *geometry, const kd_wo
         kd_make_holder(&s);
         if (progress && r->prefix_note[0])
             kd_put_wrapped(progress, r->prefix_note, 2, 98);
+        kd_prewarm(&s);
+        if (progress && r->prewarm_note[0])
+            kd_put_wrapped(progress, r->prewarm_note, 2, 98);
         if (!s.failed)
             kd_sample_now(&s, 0);
         uint64_t every = w->steps >= 10 ? w->steps / 10 : 1;
