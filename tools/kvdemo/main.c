@@ -83,7 +83,7 @@ static void usage(FILE *out)
           "                      sequence's range mapped (cleared) and the next sequence\n"
           "                      of its kind takes it with no create, map, unmap or\n"
           "                      release; off: every finished range is decommitted\n"
-          "  --prewarm on|off    with warm ranges (default on): at start, as an engine\n"
+          "  --prewarm on|off    with warm ranges (default off): at start, as an engine\n"
           "                      sized to its batch would, the stable cache pre-warms\n"
           "                      --batch ranges of each kind (plain, forks of the system\n"
           "                      prompt's sequence, the published system prompt), each\n"
@@ -571,7 +571,7 @@ int main(int argc, char **argv)
         .budget = (uint64_t)64 << 30,
         .verify_samples = 64,
         .warm = true,
-        .prewarm = true,
+        .prewarm = false,
     };
     bool help = false;
     int rc = parse_args(argc, argv, &o, &help);
