@@ -356,14 +356,16 @@ Test(kv_warm, a_take_makes_no_backend_call_and_never_shows_the_previous_tokens)
         grow(&t, a, 300, 11);
         void *base = base_of(a->s);
         ortmem_kv_stats st = kv_stats(t.cache);
-        uint64_t committed = st.committed_bytes;
+        uint64_t committed = st.committed_bytes, live = st.live_bytes;
         wseq_free(a);
         st = kv_stats(t.cache);
         cr_assert_eq(st.warm_ranges, 1, "%s", name);
         cr_assert_eq(st.sequences, 0);
         /* The zero granule stays kv's; the range's private bytes are kv-warm's. */
         cr_assert_eq(st.warm_bytes, committed - G);
-        cr_assert_eq(st.warm_cleared_bytes, committed - G);
+        /* The clear covers what was written (each fragment's 300 tokens), not
+         * the committed bytes past them, which nothing wrote. */
+        cr_assert_eq(st.warm_cleared_bytes, live, "%s", name);
         cr_assert_eq(holder_report(t.authority, "kv-warm").owned_bytes, committed - G);
         cr_assert_eq(st.committed_bytes, committed, "nothing was released");
         assert_ledger_exact(&t, "warm");
@@ -387,6 +389,30 @@ Test(kv_warm, a_take_makes_no_backend_call_and_never_shows_the_previous_tokens)
         write_tokens(&t, b, 0, 300, 12);
         grow(&t, b, 200, 13); /* past it: commits */
         cr_assert_eq(bad_rows(&t, b), 0);
+        wseq_free(b);
+        env_close(&t);
+    }
+}
+
+/* A truncate keeps the extent the new end cuts, with the tokens past it: the
+ * clear covers the longest length the sequence reached, not its length at
+ * the end, so those tokens never reach the next user. */
+Test(kv_warm, tokens_a_truncate_left_behind_are_cleared_too)
+{
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        kvw t;
+        env_open(&t, 256 * G, warm_options(layouts[l]));
+        const char *name = ortmem_kv_layout_name(layouts[l]);
+        wseq *a = wseq_create(&t);
+        grow(&t, a, 500, 21);
+        OK(ortmem_kv_seq_truncate(a->s, 200));
+        a->len = 200;
+        void *base = base_of(a->s);
+        wseq_free(a);
+        wseq *b = wseq_create(&t);
+        cr_assert_eq(base_of(b->s), base, "%s: the warm range was taken", name);
+        grow_unwritten(b, 500);
+        cr_assert_eq(bad_rows(&t, b), 0, "%s: a token past the truncate is readable", name);
         wseq_free(b);
         env_close(&t);
     }
@@ -667,7 +693,7 @@ Test(kv_warm, prewarm_makes_the_modelled_calls_up_front_then_takes_and_growth_ma
         cr_assert_eq(st.warm_prewarmed, 3);
         cr_assert_eq(st.sequences, 0);
         cr_assert_eq(st.warm_bytes, 3 * cost.committed_bytes, "%s: the modelled bytes", name);
-        cr_assert_eq(st.warm_cleared_bytes, st.warm_bytes);
+        cr_assert_eq(st.warm_cleared_bytes, 3 * cost.live_bytes, "%s: the prewarmed tokens", name);
         cr_assert_eq(holder_report(t.authority, "kv-warm").owned_bytes, st.warm_bytes);
         assert_ledger_exact(&t, "prewarmed");
 

@@ -36,6 +36,10 @@ struct ortmem_kv_seq {
      * token count (the entry itself is `prefix`). */
     uint64_t source_id;     /* fork: the parent region's id; 0 none */
     uint64_t source_tokens; /* tokens of the source it shares */
+    /* Tokens below which the range may hold bytes written since it was
+     * committed or last cleared (the longest length it reached): what a
+     * finish clears before the range goes warm (warm.c). */
+    uint64_t written;
 };
 
 struct om_prefix {

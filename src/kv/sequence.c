@@ -166,6 +166,7 @@ ortmem_status om_seq_create_prompt(ortmem_kv_cache *c, const int32_t *tokens, si
         if (st == ORTMEM_OK) {
             s->prefix = p;
             s->length = s->shared_upto = s->source_tokens = reused = p->count;
+            s->written = s->written > reused ? s->written : reused;
             /* A prewarm's sequence is no request: the take counts. */
             pthread_mutex_lock(&c->lock);
             c->prefix_hits += take;
@@ -624,9 +625,10 @@ ortmem_status ortmem_kv_seq_append(ortmem_kv_seq *s, uint64_t tokens)
         st = om_grow_bucket(c, s, to);
     else if (tokens && s->length < s->shared_upto)
         st = om_append_stable(c, s, to); /* rewound into a fork's shared granules: copy them */
-    if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED)
+    if (st == ORTMEM_OK || st == ORTMEM_E_QUARANTINED) {
         s->length = to;
-    else if (st != ORTMEM_E_STATE && st != ORTMEM_E_RANGE)
+        s->written = s->written > to ? s->written : to;
+    } else if (st != ORTMEM_E_STATE && st != ORTMEM_E_RANGE)
         st = om_error_wrap(st, "kv append of %llu tokens to %llu: the sequence is unchanged",
                            (unsigned long long)tokens, (unsigned long long)s->length);
     om_seq_unpin(s);
@@ -746,6 +748,7 @@ ortmem_status om_seq_fork_locked(ortmem_kv_seq *s, ortmem_kv_seq **child, bool t
     }
     if (st == ORTMEM_OK) {
         k->length = k->shared_upto = s->length;
+        k->written = k->written > s->length ? k->written : s->length;
         if (s->length > s->shared_upto)
             s->shared_upto = s->length; /* the parent's granules are shared now too */
         *child = k;

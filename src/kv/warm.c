@@ -172,26 +172,45 @@ static bool om_warm_classify(ortmem_kv_cache *c, ortmem_kv_seq *s, om_warm *w)
     return ok;
 }
 
-/* Zeroes every run of private granules on the cache stream. */
-static ortmem_status om_warm_clear(ortmem_kv_cache *c, om_warm *w, uint64_t *cleared)
+/* Zeroes, on the cache stream, the bytes of its private granules that s may
+ * have written: each fragment's first `written` tokens. The rest of a private
+ * granule was not written since it was committed or last cleared, so the range
+ * goes warm as clean as a cold one (and untouched host pages stay untouched).
+ * Adjacent pieces are merged into one memset. */
+static ortmem_status om_warm_clear(ortmem_kv_cache *c, om_warm *w, uint64_t written,
+                                   uint64_t *cleared)
 {
     uint64_t g = c->geometry.granule;
     uint8_t *base = ortmem_region_base(w->region);
+    uint64_t run_lo = 0, run_hi = 0;
+    ortmem_status st = ORTMEM_OK;
     *cleared = 0;
-    for (size_t k = 0; k < w->granules;) {
-        size_t run = 0;
-        while (k + run < w->granules && w->kind[k + run] == OM_WARM_PRIVATE)
-            run++;
-        if (run) {
-            ortmem_status st =
-                ortmem_backend_memset_async(c->backend, base + k * g, 0, run * g, c->stream);
-            if (st != ORTMEM_OK)
-                return st;
-            *cleared += run * g;
+    for (uint64_t f = 0; st == ORTMEM_OK && written && f < c->fragments; f++) {
+        uint64_t off, len;
+        st = om_kv_fragment(c, w->capacity, f, &off, &len);
+        uint64_t end = off + written * c->contig;
+        for (uint64_t lo = off; st == ORTMEM_OK && lo < end;) {
+            uint64_t k = lo / g, hi = (k + 1) * g < end ? (k + 1) * g : end;
+            if (k < w->granules && w->kind[k] == OM_WARM_PRIVATE) {
+                if (run_hi != lo && run_hi > run_lo) {
+                    st = ortmem_backend_memset_async(c->backend, base + run_lo, 0,
+                                                     (size_t)(run_hi - run_lo), c->stream);
+                    *cleared += run_hi - run_lo;
+                    run_lo = lo;
+                } else if (run_hi <= run_lo) {
+                    run_lo = lo;
+                }
+                run_hi = hi;
+            }
+            lo = hi;
         }
-        k += run ? run : 1;
     }
-    return ORTMEM_OK;
+    if (st == ORTMEM_OK && run_hi > run_lo) {
+        st = ortmem_backend_memset_async(c->backend, base + run_lo, 0, (size_t)(run_hi - run_lo),
+                                         c->stream);
+        *cleared += run_hi - run_lo;
+    }
+    return st;
 }
 
 bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted, om_warm **keep)
@@ -220,7 +239,7 @@ bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted
     uint64_t cleared = 0;
     /* The clear is ordered before the next user's kernels on the cache stream. */
     if (ok)
-        ok = om_warm_clear(c, w, &cleared) == ORTMEM_OK;
+        ok = om_warm_clear(c, w, s->written, &cleared) == ORTMEM_OK;
     if (ok)
         ok = ortmem_region_set_account(w->region, &c->warm_account) == ORTMEM_OK;
     if (!ok) {
