@@ -114,11 +114,17 @@ ortmem_status om_kv_share_prefix(ortmem_kv_cache *c, ortmem_region *dst, ortmem_
 ortmem_status om_kv_zero_fill(ortmem_kv_cache *c, ortmem_kv_seq *s);
 ortmem_status om_kv_zero_clear(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t from, uint64_t to);
 /* Commits the unmapped granules ranges touch in exact extents of at most
- * cap_bytes (0 = no cap): a bucket, a swap-in (sequence.c). */
+ * cap_bytes (0 = no cap): a bucket, a swap-in (growth.c). */
 ortmem_status om_kv_commit_exact(ortmem_region *r, const ortmem_range *ranges, size_t count,
                                  size_t cap_bytes);
 /* The largest extent the cache's policy lays, in bytes (0 = none fits a size_t). */
 size_t om_kv_extent_cap_bytes(const ortmem_kv_cache *c);
+/* Gives s a region laid out for cap tokens (no zero tail yet; sequence.c). */
+ortmem_status om_seq_attach(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t cap);
+/* Stable growth of s to `to` tokens over extents; bucket growth to the next
+ * bucket that holds `to` (growth.c). Nothing changes on failure. */
+ortmem_status om_kv_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t to);
+ortmem_status om_kv_grow_bucket(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t to);
 /* Returns once the work enqueued on stream so far has completed (one event). */
 ortmem_status om_kv_stream_wait(ortmem_backend *backend, uint64_t stream);
 
