@@ -1,6 +1,6 @@
 /* The growth model: what growing one sequence costs in extents and driver
  * calls under an extent policy (pure; docs/memory/KV_GEOMETRY.md "Growth over
- * extents"). The cache lays the same extents (src/kv/sequence.c). */
+ * extents"). The cache lays the same extents (src/kv/growth.c). */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
