@@ -325,6 +325,12 @@ Test(kv_warm, set_account_moves_the_mapped_charge_and_only_the_extents_the_regio
     cr_assert_eq(same, 1);
     OK(ortmem_region_maps_same(r1, 0, r2, 0, G, &same));
     cr_assert_eq(same, 0);
+    /* A range past either region, or one that overflows, is refused, read nowhere. */
+    size_t r2_size = ortmem_region_size(r2);
+    EXPECT_STATUS(ortmem_region_maps_same(r1, 0, r2, 0, r2_size + G, &same), ORTMEM_E_RANGE);
+    EXPECT_STATUS(ortmem_region_maps_same(r1, G, r2, r2_size, G, &same), ORTMEM_E_RANGE);
+    EXPECT_STATUS(ortmem_region_maps_same(r1, SIZE_MAX - G + 1, r2, 0, 2 * G, &same),
+                  ORTMEM_E_OVERFLOW);
 
     OK(ortmem_region_destroy(r1));
     cr_assert_eq(holder_report(auth, "b").owned_bytes, 0);

@@ -483,11 +483,17 @@ ortmem_status ortmem_region_maps_same(ortmem_region *a, size_t a_offset, ortmem_
     pthread_mutex_lock(&first->lock);
     if (second != first)
         pthread_mutex_lock(&second->lock);
-    st = om_region_check_aligned(a, a_offset, len, "region maps same");
+    st = om_region_check_range(a, a_offset, len, "region maps same");
+    if (st == ORTMEM_OK)
+        st = om_region_check_range(b, b_offset, len, "region maps same");
+    if (st == ORTMEM_OK)
+        st = om_region_check_aligned(a, a_offset, len, "region maps same");
     if (st == ORTMEM_OK)
         st = om_region_check_aligned(b, b_offset, len, "region maps same");
-    if (st == ORTMEM_OK && a->backend != b->backend)
-        st = OM_ERR(ORTMEM_E_INVALID, "region maps same: the regions use different backends");
+    if (st == ORTMEM_OK && (a->backend != b->backend || a->granule != b->granule))
+        st = OM_ERR(ORTMEM_E_INVALID,
+                    "region maps same: the regions use different backends or granules (%zu, %zu)",
+                    a->granule, b->granule);
     if (st == ORTMEM_OK) {
         int result = 1;
         size_t n = len / a->granule, ai = a_offset / a->granule, bi = b_offset / b->granule;
