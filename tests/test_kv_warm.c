@@ -1255,3 +1255,45 @@ Test(kv_warm, takes_finishes_and_pressure_race_without_a_leak_or_a_stale_byte, .
     OK(ortmem_holder_unregister(other));
     env_close(&t);
 }
+
+/* A take that cannot be completed (a fork's refill copy fails) puts the
+ * range back and the sequence starts cold: the call succeeds and loses
+ * nothing. */
+Test(kv_warm, a_take_whose_refill_fails_keeps_the_range_and_starts_cold)
+{
+    ortmem_backend *cpu = cpu_backend_with_granule(G), *b = NULL;
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_create(cpu, &fo, &b));
+    ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
+    ao.limit_bytes = 256 * G;
+    ortmem_authority *auth = NULL;
+    OK(ortmem_authority_create(b, &ao, &auth));
+    ortmem_kv_cache_options o = warm_options(ORTMEM_KV_TOKEN_MAJOR);
+    ortmem_kv_cache *cache = NULL;
+    OK(ortmem_kv_cache_create(auth, &o, &cache));
+    ortmem_kv_seq *p = NULL, *k = NULL;
+    OK(ortmem_kv_seq_create(cache, &p));
+    OK(ortmem_kv_seq_append(p, 100)); /* a fork copies the cut extent's live bytes */
+    OK(ortmem_kv_seq_fork(p, &k));
+    OK(ortmem_kv_seq_destroy(k));
+    ortmem_kv_stats before = {.struct_size = sizeof before};
+    OK(ortmem_kv_cache_stats(cache, &before));
+    cr_assert_eq(before.warm_ranges, 1);
+    fo.op = ORTMEM_OP_COPY_ASYNC;
+    fo.fail_at = 1; /* the take's refill */
+    OK(ortmem_fault_backend_arm(b, &fo));
+    OK(ortmem_kv_seq_fork(p, &k));
+    ortmem_kv_stats after = {.struct_size = sizeof after};
+    OK(ortmem_kv_cache_stats(cache, &after));
+    cr_assert_eq(after.warm_ranges, 1, "the range is back on the list");
+    cr_assert_eq(after.warm_hits, before.warm_hits, "not taken");
+    cr_assert_eq(after.warm_misses, before.warm_misses + 1);
+    cr_assert_eq(after.sequences, 2, "the fork started cold");
+    OK(ortmem_kv_seq_destroy(k));
+    OK(ortmem_kv_seq_destroy(p));
+    OK(ortmem_kv_cache_destroy(cache));
+    OK(ortmem_authority_destroy(auth));
+    cr_assert_eq(stats_of(b).owned_bytes, 0);
+    OK(ortmem_backend_destroy(b));
+    OK(ortmem_backend_destroy(cpu));
+}

@@ -62,6 +62,21 @@ static void om_warm_unlink(ortmem_kv_cache *c, om_warm *w)
     c->warm_bytes -= w->committed;
 }
 
+/* Cache lock held: w becomes the newest range. */
+static void om_warm_link_tail(ortmem_kv_cache *c, om_warm *w)
+{
+    w->finished = ++c->warm_seq;
+    w->prev = c->warm_tail;
+    w->next = NULL;
+    if (c->warm_tail)
+        c->warm_tail->next = w;
+    else
+        c->warm_head = w;
+    c->warm_tail = w;
+    c->warm_count++;
+    c->warm_bytes += w->committed;
+}
+
 static void om_warm_entry_free(om_warm *w)
 {
     om_free(w->zero_mapped);
@@ -238,11 +253,16 @@ bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted
     ok = ok && w->committed <= c->warm_max_bytes;
     uint64_t cleared = 0;
     /* The clear is ordered before the next user's kernels on the cache stream. */
+    bool clearing = ok;
     if (ok)
         ok = om_warm_clear(c, w, s->written, &cleared) == ORTMEM_OK;
     if (ok)
         ok = ortmem_region_set_account(w->region, &c->warm_account) == ORTMEM_OK;
     if (!ok) {
+        /* Memsets of a clear that stopped half way may still be queued: the
+         * region is decommitted (to the pool) only after they ran. */
+        if (clearing)
+            (void)om_kv_stream_wait(c->backend, c->stream);
         om_error_clear();
         om_free(w->kind);
         om_free(w);
@@ -263,15 +283,7 @@ bool om_warm_finish(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_status *evicted
     /* Linked at the tail; the oldest go while over the limits. */
     om_warm *evict = NULL;
     pthread_mutex_lock(&c->lock);
-    w->finished = ++c->warm_seq;
-    w->prev = c->warm_tail;
-    if (c->warm_tail)
-        c->warm_tail->next = w;
-    else
-        c->warm_head = w;
-    c->warm_tail = w;
-    c->warm_count++;
-    c->warm_bytes += w->committed;
+    om_warm_link_tail(c, w);
     c->warm_cleared += cleared;
     while (c->warm_head != w &&
            (c->warm_count > c->warm_max_ranges || c->warm_bytes > c->warm_max_bytes)) {
@@ -391,14 +403,21 @@ ortmem_status om_warm_take(ortmem_kv_cache *c, ortmem_kv_seq *s, om_prefix *pref
             continue;
         }
         st = ortmem_region_set_account(best->region, &c->account);
+        bool moved = st == ORTMEM_OK;
         if (st == ORTMEM_OK && source_id)
             st = om_warm_refill(c, best, src);
         if (st != ORTMEM_OK) {
-            /* Not usable: released, the sequence starts cold. */
-            om_error_saved failure;
-            om_error_save(&failure);
-            (void)om_warm_release(c, best, false);
-            return om_error_restore(&failure, st);
+            /* Not taken now: the range goes back on the list (a fork's
+             * refill is redone by its next take) and the sequence starts
+             * cold, so a failed take costs neither the call nor the range. */
+            if (moved)
+                (void)ortmem_region_set_account(best->region, &c->warm_account);
+            om_error_clear();
+            pthread_mutex_lock(&c->lock);
+            om_warm_link_tail(c, best);
+            c->warm_misses++;
+            pthread_mutex_unlock(&c->lock);
+            return ORTMEM_OK;
         }
         om_free(s->zero_mapped);
         s->region = best->region;
@@ -584,16 +603,7 @@ static ortmem_status om_prewarm(ortmem_kv_cache *c, const int32_t *prompt, size_
     pthread_mutex_lock(&c->lock);
     for (om_warm *w = first, *next; w; w = next) {
         next = w->next;
-        w->next = NULL;
-        w->finished = ++c->warm_seq;
-        w->prev = c->warm_tail;
-        if (c->warm_tail)
-            c->warm_tail->next = w;
-        else
-            c->warm_head = w;
-        c->warm_tail = w;
-        c->warm_count++;
-        c->warm_bytes += w->committed;
+        om_warm_link_tail(c, w);
         c->warm_prewarmed++;
     }
     while (c->warm_head &&
