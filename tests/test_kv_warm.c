@@ -1297,3 +1297,73 @@ Test(kv_warm, a_take_whose_refill_fails_keeps_the_range_and_starts_cold)
     OK(ortmem_backend_destroy(b));
     OK(ortmem_backend_destroy(cpu));
 }
+
+/* ---- a cache destroyed while a pressure pass holds its holders ---- */
+
+static ortmem_kv_cache *destroy_in_pass;
+static ortmem_status destroy_in_pass_status = ORTMEM_OK;
+
+static uint64_t destroys_the_cache(void *user, uint64_t want)
+{
+    (void)user;
+    (void)want;
+    if (destroy_in_pass)
+        destroy_in_pass_status = ortmem_kv_cache_destroy(destroy_in_pass);
+    return 0;
+}
+
+/* An earlier holder's pressure callback destroys the cache while the same
+ * pass has already picked kv-warm: the destroy is refused (nothing changes)
+ * instead of freeing what kv-warm's callback is about to use; it succeeds
+ * once the pass is over. */
+Test(kv_warm, a_destroy_inside_a_pressure_pass_that_picked_the_cache_is_refused)
+{
+    ortmem_backend *b = cpu_backend_with_granule(G);
+    ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
+    ao.limit_bytes = 32 * G;
+    ortmem_authority *auth = NULL;
+    OK(ortmem_authority_create(b, &ao, &auth));
+    ortmem_kv_cache_options o = warm_options(ORTMEM_KV_TOKEN_MAJOR);
+    ortmem_kv_cache *cache = NULL;
+    OK(ortmem_kv_cache_create(auth, &o, &cache));
+    ortmem_kv_seq *x = NULL;
+    OK(ortmem_kv_seq_create(cache, &x));
+    OK(ortmem_kv_seq_append(x, 192));
+    OK(ortmem_kv_seq_destroy(x)); /* one warm range: kv-warm has something to give */
+    ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
+    ho.name = "first";
+    ho.priority = -100; /* asked before kv-warm */
+    ho.on_pressure = destroys_the_cache;
+    ortmem_holder *first = NULL, *engine = NULL;
+    OK(ortmem_holder_register(auth, &ho, &first));
+    ortmem_account first_account, engine_account;
+    OK(ortmem_holder_account(first, &first_account));
+    ortmem_region_options ro = ORTMEM_REGION_OPTIONS_INIT;
+    ro.size = 64 * G;
+    ro.account = &first_account;
+    ortmem_region *rf = NULL, *re = NULL;
+    OK(ortmem_region_create(b, &ro, &rf));
+    OK(ortmem_region_commit(rf, 0, G));
+    ho.name = "engine";
+    ho.priority = 10;
+    ho.on_pressure = NULL;
+    OK(ortmem_holder_register(auth, &ho, &engine));
+    OK(ortmem_holder_account(engine, &engine_account));
+    ro.account = &engine_account;
+    OK(ortmem_region_create(b, &ro, &re));
+    destroy_in_pass = cache;
+    OK(ortmem_region_commit(re, 0, 28 * G)); /* pressure: "first", then kv-warm */
+    destroy_in_pass = NULL;
+    cr_assert_eq(destroy_in_pass_status, ORTMEM_E_BUSY, "%s",
+                 ortmem_status_str(destroy_in_pass_status));
+    ortmem_kv_stats st = {.struct_size = sizeof st};
+    OK(ortmem_kv_cache_stats(cache, &st)); /* the cache is whole */
+    cr_assert_eq(st.warm_ranges, 0, "kv-warm gave its range in the same pass");
+    OK(ortmem_kv_cache_destroy(cache));
+    OK(ortmem_region_destroy(re));
+    OK(ortmem_region_destroy(rf));
+    OK(ortmem_holder_unregister(engine));
+    OK(ortmem_holder_unregister(first));
+    OK(ortmem_authority_destroy(auth));
+    OK(ortmem_backend_destroy(b));
+}

@@ -224,7 +224,7 @@ uint64_t om_apply_pressure(ortmem_authority *a, const ortmem_holder *exclude, ui
         /* Pinned so that it stays registered while its callback runs. */
         /* A holder with nothing charged, held or mapped has nothing to give
          * back (mapped counts: dropping an alias can free another's granule). */
-        if (h != exclude && h->on_pressure && (h->footprint || h->mapped) &&
+        if (h != exclude && h->on_pressure && !h->quiesced && (h->footprint || h->mapped) &&
             om_handle_pin(h, OM_KIND_HOLDER, "pressure") == ORTMEM_OK) {
             h->in_pressure++;
             asked[n++] = h;

@@ -31,6 +31,7 @@ struct ortmem_holder {
     uint64_t retained;  /* account copies held by vmm (regions, arenas, granules) */
     uint64_t grants_open, tickets_waiting, retirements_pending, leases_held;
     unsigned in_pressure; /* its pressure callback is running */
+    bool quiesced;        /* its owner is going: no pressure pass picks it */
 };
 
 struct ortmem_lease {
@@ -120,5 +121,12 @@ ortmem_status om_grant_new(ortmem_holder *h, uint64_t bytes, ortmem_grant **out)
 
 /* Whether the calling thread is inside a pressure callback. */
 bool om_in_pressure_callback(void);
+/* For an owner about to free what h's pressure callback names (its user):
+ * no new pressure pass picks h, and a running one has finished when this
+ * returns OK. ORTMEM_E_BUSY (nothing changed) when a pass is running and the
+ * caller is itself inside a pressure callback (it could be that very pass).
+ * om_holder_unquiesce undoes it when the owner stays after all. */
+ortmem_status om_holder_quiesce(ortmem_holder *h, const char *what);
+void om_holder_unquiesce(ortmem_holder *h);
 
 #endif

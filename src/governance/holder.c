@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -342,4 +343,35 @@ ortmem_status ortmem_holder_refund(ortmem_holder *h, uint64_t bytes)
     acct_refund(h, bytes, bytes);
     om_holder_unpin(h);
     return ORTMEM_OK;
+}
+
+ortmem_status om_holder_quiesce(ortmem_holder *h, const char *what)
+{
+    ortmem_authority *a = h->authority;
+    pthread_mutex_lock(&a->lock);
+    if (h->in_pressure && om_in_pressure_callback()) {
+        pthread_mutex_unlock(&a->lock);
+        return OM_ERR(ORTMEM_E_BUSY,
+                      "%s: the pressure callback of holder '%s' is running and this call comes "
+                      "from inside a pressure callback; call it again once that pass returned",
+                      what, h->name);
+    }
+    h->quiesced = true;
+    /* A pass that picked h before the flag was set runs to its end; it
+     * never waits for this thread (this thread is in no pressure pass). */
+    while (h->in_pressure) {
+        pthread_mutex_unlock(&a->lock);
+        sched_yield();
+        pthread_mutex_lock(&a->lock);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return ORTMEM_OK;
+}
+
+void om_holder_unquiesce(ortmem_holder *h)
+{
+    ortmem_authority *a = h->authority;
+    pthread_mutex_lock(&a->lock);
+    h->quiesced = false;
+    pthread_mutex_unlock(&a->lock);
 }

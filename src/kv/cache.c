@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "governance/authority.h"
 #include "kv/kv.h"
 
 static const char *const om_strategy_names[ORTMEM_KV_STRATEGY_COUNT] = {"stable", "bucket", "auto"};
@@ -367,8 +368,20 @@ ortmem_status ortmem_kv_cache_destroy(ortmem_kv_cache *c)
         return OM_ERR(ORTMEM_E_BUSY, "kv cache destroy: %llu sequences still live",
                       (unsigned long long)live);
     }
-    st = om_handle_retire(&c->hdr, "kv cache destroy");
+    /* The pressure callbacks name c: none may run on it once it is freed. */
+    ortmem_holder *reclaimable[2] = {c->warm_holder, c->prefix_holder};
+    bool quiet[2] = {false, false};
+    for (size_t i = 0; st == ORTMEM_OK && i < 2; i++) {
+        if (reclaimable[i])
+            st = om_holder_quiesce(reclaimable[i], "kv cache destroy");
+        quiet[i] = reclaimable[i] && st == ORTMEM_OK;
+    }
+    if (st == ORTMEM_OK)
+        st = om_handle_retire(&c->hdr, "kv cache destroy");
     if (st != ORTMEM_OK) {
+        for (size_t i = 0; i < 2; i++)
+            if (quiet[i])
+                om_holder_unquiesce(reclaimable[i]);
         om_handle_unpin(&c->hdr);
         return st;
     }
