@@ -1367,3 +1367,28 @@ Test(kv_warm, a_destroy_inside_a_pressure_pass_that_picked_the_cache_is_refused)
     OK(ortmem_authority_destroy(auth));
     OK(ortmem_backend_destroy(b));
 }
+
+/* A parent that rewinds can never match its warm forks again (they map its
+ * extents at the old length): they are released at the truncate, and what
+ * they alone still mapped leaves the process, not just the list. */
+Test(kv_warm, a_parent_truncate_releases_its_warm_forks)
+{
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        kvw t;
+        env_open(&t, 256 * G, warm_options(layouts[l]));
+        const char *name = ortmem_kv_layout_name(layouts[l]);
+        wseq *p = wseq_create(&t);
+        grow(&t, p, 256, 31);
+        ortmem_kv_seq *k = NULL;
+        OK(ortmem_kv_seq_fork(p->s, &k));
+        OK(ortmem_kv_seq_destroy(k));
+        cr_assert_eq(kv_stats(t.cache).warm_ranges, 1, "%s", name);
+        OK(ortmem_kv_seq_truncate(p->s, 0));
+        p->len = 0;
+        cr_assert_eq(kv_stats(t.cache).warm_ranges, 0, "%s: the fork's range went", name);
+        cr_assert_eq(holder_report(t.authority, "kv-warm").owned_bytes, 0, "%s", name);
+        assert_ledger_exact(&t, "after the truncate");
+        wseq_free(p);
+        env_close(&t);
+    }
+}

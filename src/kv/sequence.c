@@ -288,6 +288,10 @@ ortmem_status ortmem_kv_seq_truncate(ortmem_kv_seq *s, uint64_t length)
     else if (length > s->length)
         st = OM_ERR(ORTMEM_E_RANGE, "kv truncate: to %llu tokens of %llu",
                     (unsigned long long)length, (unsigned long long)s->length);
+    /* Warm forks of s at its old length can never be taken again. */
+    if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && length < s->length &&
+        om_warm_forget_source(c, s->region) != ORTMEM_OK)
+        om_error_clear(); /* a quarantine on the way shows in the ledger */
     if (st == ORTMEM_OK && c->strategy == ORTMEM_KV_STABLE && length < s->length) {
         /* Every granule that holds no live byte at the new length. A range
          * per fragment would miss the granules a fragment shares with its

@@ -38,6 +38,14 @@ struct om_warm {
     uint64_t finished;      /* finish order */
 };
 
+static uint64_t om_warm_backend_owned(ortmem_kv_cache *c)
+{
+    ortmem_vmm_stats v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    return ortmem_backend_stats(c->backend, &v) == ORTMEM_OK ? v.owned_bytes : 0;
+}
+
 static uint64_t om_warm_owned(ortmem_kv_cache *c)
 {
     ortmem_holder_report r;
@@ -689,11 +697,13 @@ uint64_t om_warm_pressure(void *user, uint64_t want_bytes)
         pthread_mutex_unlock(&c->lock);
         if (!victim)
             break;
-        /* What comes back: kv-warm's owned bytes (shared extents that live on
-         * elsewhere count nothing). */
-        uint64_t before = om_warm_owned(c);
+        /* What comes back: the backend's owned bytes. Extents shared with a
+         * sequence that lives on count nothing; extents only this range still
+         * maps count though another holder owns them (a fork's, whose parent
+         * unmapped them). */
+        uint64_t before = om_warm_backend_owned(c);
         (void)om_warm_release(c, victim, true); /* a quarantine shows in the ledger */
-        uint64_t after = om_warm_owned(c);
+        uint64_t after = om_warm_backend_owned(c);
         uint64_t got = before > after ? before - after : 0;
         reclaimed += got;
         pthread_mutex_lock(&c->lock);
