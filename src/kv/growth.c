@@ -1,7 +1,7 @@
 /* Growth: a stable sequence's append plans the extents the cache's policy
- * lays per fragment and commits them (copying shared extents first); a bucket
- * sequence moves to the next bucket. The same extents as the growth model
- * (growth_model.c). */
+ * lays per fragment, commits them, then copies the shared extents its tokens
+ * land in; a bucket sequence moves to the next bucket. The same extents as
+ * the growth model (growth_model.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
