@@ -533,8 +533,116 @@ static void assert_same(const snapshot *a, const snapshot *b, const char *when)
     cr_assert_eq(a->kv.overcommit_bytes, b->kv.overcommit_bytes, "%s: over-commit", when);
 }
 
+/* The holders' ledger besides the backend's and the cache's. */
+#define HOLDERS 16
+typedef struct ledger {
+    snapshot at;
+    ortmem_holder_report holders[HOLDERS];
+} ledger;
+
+static ledger ledger_of(const env *e, ortmem_kv_seq *s)
+{
+    ledger n;
+    memset(&n, 0, sizeof n);
+    n.at = snap(e, s);
+    ortmem_authority_report ar;
+    memset(&ar, 0, sizeof ar);
+    ar.struct_size = sizeof ar;
+    OK(ortmem_authority_report_get(e->authority, &ar, n.holders, HOLDERS));
+    return n;
+}
+
+static void assert_same_ledger(const ledger *a, const ledger *b, const char *when)
+{
+    assert_same(&a->at, &b->at, when);
+    for (size_t h = 0; h < HOLDERS; h++) {
+        cr_assert_str_eq(a->holders[h].name, b->holders[h].name, "%s: holder %zu", when, h);
+        cr_assert_eq(a->holders[h].owned_bytes, b->holders[h].owned_bytes,
+                     "%s: holder %s owned %llu -> %llu", when, a->holders[h].name,
+                     (unsigned long long)a->holders[h].owned_bytes,
+                     (unsigned long long)b->holders[h].owned_bytes);
+        cr_assert_eq(a->holders[h].mapped_bytes, b->holders[h].mapped_bytes,
+                     "%s: holder %s mapped %llu -> %llu", when, a->holders[h].name,
+                     (unsigned long long)a->holders[h].mapped_bytes,
+                     (unsigned long long)b->holders[h].mapped_bytes);
+    }
+    cr_assert_eq(a->at.kv.cow_copied_bytes, b->at.kv.cow_copied_bytes, "%s: copied", when);
+    cr_assert_eq(a->at.kv.shared_granules, b->at.kv.shared_granules, "%s: shared", when);
+}
+
+/* A parent of 1500 tokens, a fork of it truncated to 600: the fork's next
+ * append writes into extents both map, so it commits its planned extents and
+ * copies the shared ones. */
+static void fork_truncated(env *e, ortmem_kv_seq **parent, ortmem_kv_seq **child)
+{
+    OK(ortmem_kv_seq_create(e->cache, parent));
+    OK(ortmem_kv_seq_append(*parent, 1500));
+    write_tokens(e, *parent, 0, 1500, 41);
+    OK(ortmem_kv_seq_fork(*parent, child));
+    OK(ortmem_kv_seq_truncate(*child, 600));
+}
+
+static uint64_t fragments_of(ortmem_kv_layout layout)
+{
+    ortmem_kv_geometry g = small_geometry(layout);
+    ortmem_kv_eval ev;
+    memset(&ev, 0, sizeof ev);
+    ev.struct_size = sizeof ev;
+    OK(ortmem_kv_evaluate(&g, 0, 4096, 1, 0, 0, &ev));
+    return ev.fragments;
+}
+
+/* The fork's append of fork_truncated, op failing at its nth call; 0 when
+ * the append made fewer than nth such calls. Otherwise the ledger, the
+ * sharing, the length and every byte are as before, and the same append
+ * succeeds once the backend is healthy. */
+static uint64_t fork_append_fails_at(ortmem_kv_layout layout, ortmem_backend_op op, uint64_t nth)
+{
+    const char *what = ortmem_kv_layout_name(layout);
+    ortmem_kv_cache_options o = options(layout, 4096, ORTMEM_EXTENT_GEOMETRIC, 4 * G);
+    o.zero_tail = 1;
+    env e;
+    env_open(&e, o, 1, 0);
+    ortmem_kv_seq *parent = NULL, *child = NULL;
+    fork_truncated(&e, &parent, &child);
+    ledger before = ledger_of(&e, child);
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = op;
+    fo.fail_at = nth;
+    OK(ortmem_fault_backend_arm(e.backend, &fo));
+    ortmem_status st = ortmem_kv_seq_append(child, 2000);
+    uint64_t counted = 0, injected = 0;
+    OK(ortmem_fault_backend_counts(e.backend, &counted, &injected));
+    fo.fail_at = 0;
+    OK(ortmem_fault_backend_arm(e.backend, &fo));
+    if (injected == 0) {
+        OK(st);
+    } else {
+        cr_assert_neq(st, ORTMEM_OK, "%s: %s %llu", what, ortmem_backend_op_name(op),
+                      (unsigned long long)nth);
+        cr_assert_neq(st, ORTMEM_E_QUARANTINED, "%s", ortmem_last_error());
+        char when[96];
+        snprintf(when, sizeof when, "%s: %s %llu failed", what, ortmem_backend_op_name(op),
+                 (unsigned long long)nth);
+        ledger after = ledger_of(&e, child);
+        assert_same_ledger(&before, &after, when);
+        cr_assert_eq(bad_bytes(&e, child, 0, 600, 41), 0, "%s: the fork's bytes", what);
+        cr_assert_eq(bad_bytes(&e, parent, 0, 1500, 41), 0, "%s: the parent's bytes", what);
+        OK(ortmem_kv_seq_append(child, 2000));
+    }
+    write_tokens(&e, child, 600, 2600, 42);
+    cr_assert_eq(bad_bytes(&e, child, 0, 600, 41), 0, "%s", what);
+    cr_assert_eq(bad_bytes(&e, child, 600, 2600, 42), 0, "%s", what);
+    cr_assert_eq(bad_bytes(&e, parent, 0, 1500, 41), 0, "%s: the parent keeps its bytes", what);
+    OK(ortmem_kv_seq_destroy(child));
+    OK(ortmem_kv_seq_destroy(parent));
+    env_close(&e);
+    return injected ? counted : 0;
+}
+
 /* The Nth create, map or set-access of an append that lays several extents
- * fails, or the unmap that clears the zero alias from the planned granules:
+ * fails, or the unmap that clears the zero alias from the planned granules,
+ * or a fork's append fails in its copy-on-write of a shared extent:
  * the ledger, the zero tail and every live byte are as before, and the same
  * append succeeds once the backend is healthy. */
 Test(kv_extents, a_failed_commit_changes_nothing)
@@ -583,6 +691,63 @@ Test(kv_extents, a_failed_commit_changes_nothing)
                 env_close(&e);
             }
         }
+        /* A fork's append also copies shared extents (a create and a copy
+         * per copied extent, after the planned extents' creates). With one
+         * fragment the copies are one all-or-nothing cow call, and every
+         * create and copy of the append fails once in turn; with several,
+         * one cow call per fragment, so only the first call's copy is
+         * failed (a later call's failure keeps the earlier copies). */
+        static const ortmem_backend_op cow_ops[] = {ORTMEM_OP_CREATE, ORTMEM_OP_COPY};
+        bool one_fragment = fragments_of(layouts[l]) == 1;
+        for (size_t oi = 0; oi < sizeof cow_ops / sizeof cow_ops[0]; oi++) {
+            if (!one_fragment && cow_ops[oi] != ORTMEM_OP_COPY)
+                continue;
+            cr_assert_gt(fork_append_fails_at(layouts[l], cow_ops[oi], 1), 0,
+                         "%s: the append makes a %s", ortmem_kv_layout_name(layouts[l]),
+                         ortmem_backend_op_name(cow_ops[oi]));
+            for (uint64_t nth = 2;
+                 one_fragment && fork_append_fails_at(layouts[l], cow_ops[oi], nth); nth++)
+                ;
+        }
+    }
+}
+
+/* The fork's append that needs its planned extents and the copies of the
+ * shared ones is refused for the budget: every holder's ledger, the backend's,
+ * the sharing, the length and every byte are as before, and the same append
+ * succeeds once the limit allows it, each sequence keeping its bytes. */
+Test(kv_extents, an_append_refused_for_the_budget_changes_nothing_even_over_shared_extents)
+{
+    for (size_t l = 0; l < LAYOUT_COUNT; l++) {
+        const char *what = ortmem_kv_layout_name(layouts[l]);
+        ortmem_kv_cache_options o = options(layouts[l], 4096, ORTMEM_EXTENT_GEOMETRIC, 4 * G);
+        o.zero_tail = 1;
+        env e;
+        env_open(&e, o, 0, 0);
+        ortmem_kv_seq *parent = NULL, *child = NULL;
+        fork_truncated(&e, &parent, &child);
+        /* Room for five more granules: less than the append needs. */
+        OK(ortmem_authority_set_limit(e.authority, stats_of(e.backend).owned_bytes + 5 * G, NULL));
+        ledger before = ledger_of(&e, child);
+        cr_assert_gt(before.at.kv.shared_granules, 0, "%s: the fork shares extents", what);
+        ortmem_status st = ortmem_kv_seq_append(child, 2000);
+        cr_assert_eq(st, ORTMEM_E_BUDGET, "%s: %s (%s)", what, ortmem_status_str(st),
+                     ortmem_last_error());
+        ledger after = ledger_of(&e, child);
+        assert_same_ledger(&before, &after, what);
+        cr_assert_eq(after.at.length, 600, "%s", what);
+        cr_assert_eq(bad_bytes(&e, child, 0, 600, 41), 0, "%s: the fork's bytes", what);
+        cr_assert_eq(bad_bytes(&e, parent, 0, 1500, 41), 0, "%s: the parent's bytes", what);
+        OK(ortmem_authority_set_limit(e.authority, 1024 * MiB, NULL));
+        OK(ortmem_kv_seq_append(child, 2000));
+        write_tokens(&e, child, 600, 2600, 42);
+        cr_assert_gt(kv_stats(e.cache).cow_copied_bytes, before.at.kv.cow_copied_bytes, "%s", what);
+        cr_assert_eq(bad_bytes(&e, child, 0, 600, 41), 0, "%s", what);
+        cr_assert_eq(bad_bytes(&e, child, 600, 2600, 42), 0, "%s", what);
+        cr_assert_eq(bad_bytes(&e, parent, 0, 1500, 41), 0, "%s: the parent keeps its bytes", what);
+        OK(ortmem_kv_seq_destroy(child));
+        OK(ortmem_kv_seq_destroy(parent));
+        env_close(&e);
     }
 }
 

@@ -1,7 +1,7 @@
 /* Growth: a stable sequence's append plans the extents the cache's policy
- * lays per fragment and commits them (copying shared extents first); a bucket
- * sequence moves to the next bucket. The same extents as the growth model
- * (growth_model.c). */
+ * lays per fragment, commits them, then copies the shared extents its tokens
+ * land in; a bucket sequence moves to the next bucket. The same extents as
+ * the growth model (growth_model.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,8 +250,18 @@ ortmem_status om_kv_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t
             st = ORTMEM_OK;
         }
     }
+    /* The planned extents before copy-on-write: a refused commit (budget,
+     * backend) then leaves the shared extents shared, and a failed
+     * copy-on-write gives the planned extents back (below). The planned
+     * granules are unmapped or were the zero alias, so cow never sees them
+     * shared. */
+    bool committed = false;
+    if (st == ORTMEM_OK && plan.count) {
+        st = ortmem_region_commit_extents(s->region, plan.extents, plan.count);
+        committed = st == ORTMEM_OK;
+    }
     /* Writes below shared_upto would land in extents another sequence maps:
-     * give this one private copies first. */
+     * give this one private copies before the tokens are written. */
     if (st == ORTMEM_OK && s->length < s->shared_upto) {
         uint64_t copied = 0;
         for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
@@ -271,13 +281,17 @@ ortmem_status om_kv_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t
         for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++)
             st = om_unshare_writable(c, s, ranges[f]);
     }
-    if (st == ORTMEM_OK && plan.count)
-        st = ortmem_region_commit_extents(s->region, plan.extents, plan.count);
     if (st != ORTMEM_OK) {
         om_error_saved failure;
         om_error_save(&failure);
+        ortmem_status undo =
+            committed ? ortmem_region_decommit_ranges(s->region, plan.extents, plan.count)
+                      : ORTMEM_OK;
         (void)om_kv_zero_fill(c, s); /* the zero tail comes back: nothing changed */
         st = om_error_restore(&failure, st);
+        if (undo != ORTMEM_OK)
+            st = om_error_wrap(st, "kv append (its %zu planned extents given back: %s)", plan.count,
+                               ortmem_status_str(undo));
     }
     om_free(ranges);
     om_plan_free(&plan);
