@@ -943,8 +943,9 @@ typedef struct slow_events {
      * compute stream); the others complete at once. */
     bool late_only, late_live;
     uint64_t late_stream, late_event;
-    int late_records; /* events recorded on late_stream */
-    int early_copies; /* copies issued while the late event was still pending */
+    int late_records;      /* events recorded on late_stream */
+    int early_copies;      /* copies issued while the late event was still pending */
+    int fail_late_records; /* records on late_stream still to fail */
 } slow_events;
 
 static slow_events slow;
@@ -992,6 +993,10 @@ static ortmem_status se_copy_async(void *s, uintptr_t d, uintptr_t src, size_t n
 }
 static ortmem_status se_record(void *s, uint64_t st, uint64_t *e)
 {
+    if (slow.late_only && st == slow.late_stream && slow.fail_late_records > 0) {
+        slow.fail_late_records--;
+        return ORTMEM_E_BACKEND;
+    }
     ortmem_status r = slow.calls.event_record(((slow_events *)s)->inner, st, e);
     if (r == ORTMEM_OK && slow.late_only && st == slow.late_stream) {
         slow.late_event = *e;
@@ -1131,11 +1136,24 @@ Test(offload_cache, a_ring_slot_is_refilled_only_after_its_last_reader_on_the_co
     /* Its reader done already: the refill does not stall. */
     OK(ortmem_residency_acquire(fx.cache, 0, &q));
     cr_assert_eq(mismatch(fx.cpu, q, 0), tensor_bytes(0));
+    cr_assert_eq(cache_stats().stalls, 1);
+    /* The release cannot record its event: it still succeeds, and the next
+     * refill records one on the compute stream itself and waits for it. */
+    slow.fail_late_records = 1;
     OK(ortmem_residency_release(fx.cache, 0));
-    s = cache_stats();
-    cr_assert_eq(s.stalls, 1);
+    cr_assert_eq(ortmem_last_error()[0], '\0', "%s", ortmem_last_error());
+    cr_assert_eq(slow.late_records, 2);
+    slow.busy_left = 2;
+    OK(ortmem_residency_acquire(fx.cache, 1, &q));
+    cr_assert_eq(slow.late_records, 3);
     cr_assert_eq(slow.early_copies, 0);
-    cr_assert_eq(s.bytes_moved, 2 * tensor_bytes(0) + tensor_bytes(1));
+    cr_assert_eq(slow.busy_left, 0);
+    cr_assert_eq(mismatch(fx.cpu, q, 1), tensor_bytes(1));
+    OK(ortmem_residency_release(fx.cache, 1));
+    s = cache_stats();
+    cr_assert_eq(s.stalls, 2);
+    cr_assert_eq(slow.early_copies, 0);
+    cr_assert_eq(s.bytes_moved, 2 * tensor_bytes(0) + 2 * tensor_bytes(1));
     cr_assert_eq(s.resident_bytes, 0);
     cr_assert_eq(s.ring_bytes, slot_bytes(0));
     cr_assert_eq(stats_of(fx.b).mapped_bytes, slot_bytes(0));
