@@ -398,7 +398,7 @@ Test(offload_cache, budget_evicts_the_policy_victim_and_streams_through_the_ring
     destroy_all();
 }
 
-/* Two holds of a streamed tensor share its ring slot: releasing one never
+/* Two acquires of a streamed tensor share its ring slot: releasing one never
  * frees the slot the other still reads (the slot went to the next streamed
  * tensor, and the first holder read its bytes). */
 Test(offload_cache, two_acquires_of_a_streamed_tensor_share_its_ring_slot)
@@ -426,7 +426,7 @@ Test(offload_cache, two_acquires_of_a_streamed_tensor_share_its_ring_slot)
     cr_assert(strstr(ortmem_last_error(), "is not acquired"), "%s", ortmem_last_error());
     ortmem_residency_stats s = cache_stats();
     cr_assert_eq(s.streamed, 2);
-    cr_assert_eq(s.hits, 1); /* the shared hold copied nothing */
+    cr_assert_eq(s.hits, 1); /* the shared acquire copied nothing */
     cr_assert_eq(s.misses, 2);
     cr_assert_eq(s.page_ins, 1);
     cr_assert_eq(s.bytes_moved, tensor_bytes(2) + tensor_bytes(0) + tensor_bytes(1));
@@ -435,10 +435,10 @@ Test(offload_cache, two_acquires_of_a_streamed_tensor_share_its_ring_slot)
     destroy_all();
 }
 
-/* A tensor held in a ring slot and then pinned resident: acquires keep
- * sharing the ring slot until its holds are all released, so each release
- * frees the hold it should; then acquires hit its own slot. */
-Test(offload_cache, a_ring_hold_outlives_a_pin_and_releases_stay_unambiguous)
+/* A tensor acquired in a ring slot and then pinned resident: acquires keep
+ * sharing the ring slot until they are all released, so each release ends
+ * the acquire it should; then acquires hit its own slot. */
+Test(offload_cache, acquires_in_a_ring_slot_outlive_a_pin_and_releases_stay_unambiguous)
 {
     make_authority(64 * MiB);
     OK(open_catalog());
@@ -455,10 +455,10 @@ Test(offload_cache, a_ring_hold_outlives_a_pin_and_releases_stay_unambiguous)
     OK(ortmem_residency_pin(fx.cache, 0)); /* evicts 1 and 2, pages 0 in */
     cr_assert(ortmem_residency_is_resident(fx.cache, 0));
     OK(ortmem_residency_acquire(fx.cache, 0, &p));
-    cr_assert_eq(p, ring, "an acquire during a ring hold went to another slot");
+    cr_assert_eq(p, ring, "an acquire while it is acquired in the ring went to another slot");
     OK(ortmem_residency_release(fx.cache, 0));
     OK(ortmem_residency_release(fx.cache, 0));
-    /* The ring hold is gone: the ring slot is free, acquires use the own slot. */
+    /* Released from the ring: the ring slot is free, acquires use the own slot. */
     OK(ortmem_residency_acquire(fx.cache, 0, &p));
     cr_assert_eq(p, own);
     cr_assert_eq(mismatch(fx.cpu, p, 0), tensor_bytes(0));
@@ -471,7 +471,7 @@ Test(offload_cache, a_ring_hold_outlives_a_pin_and_releases_stay_unambiguous)
     EXPECT_STATUS(ortmem_residency_release(fx.cache, 0), ORTMEM_E_STATE);
     ortmem_residency_stats s = cache_stats();
     cr_assert_eq(s.streamed, 2);
-    cr_assert_eq(s.hits, 2); /* the shared ring hold, then the own slot */
+    cr_assert_eq(s.hits, 2); /* the shared ring slot, then the own slot */
     cr_assert_eq(s.misses, 2);
     cr_assert_eq(s.page_ins, 3);
     cr_assert_eq(s.evictions, 2);

@@ -254,7 +254,7 @@ typedef struct ortmem_residency_options {
 typedef struct ortmem_residency_stats {
     size_t struct_size;
     uint64_t hits, misses; /* acquires served without a copy (resident, or sharing the ring
-                              slot the tensor is held in) / with one */
+                              slot the tensor is acquired in) / with one */
     uint64_t hit_bytes, miss_bytes;
     uint64_t page_ins;        /* tensors copied into their own slot */
     uint64_t evictions;       /* slots decommitted (policy, pressure or unpin) */
@@ -287,16 +287,17 @@ ORTMEM_API ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *
  * (streamed). The bytes have landed when it returns. The tensor stays put
  * until ortmem_residency_release. ORTMEM_E_BUDGET naming the numbers when
  * room cannot be made (everything resident is pinned or acquired).
- * A tensor's holds have one location at a time: while it is held in a ring
- * slot, a further acquire returns that same slot and adds a hold to it (a
- * hit: nothing is copied), even if the tensor was pinned resident meanwhile;
- * once its ring holds are all released, acquires use its own slot again. */
+ * A tensor's outstanding acquires are in one place at a time: while it has
+ * acquires not released in a ring slot, a further acquire returns that same
+ * slot and counts one more there (a hit: nothing is copied), even if the
+ * tensor was pinned resident meanwhile; once they are all released, acquires
+ * use its own slot again. */
 ORTMEM_API ortmem_status ortmem_residency_acquire(ortmem_residency_cache *cache, uint32_t tensor,
                                                   void **device_ptr);
-/* Drops one hold of tensor, from wherever its holds are (its ring slot while
- * it has ring holds, else its own slot); which holder releases does not
+/* Ends one acquire of tensor, wherever its acquires are (its ring slot while
+ * it has acquires there, else its own slot); which caller releases does not
  * matter, as all of them read the same slot. The release of a ring slot's
- * last hold records an event on compute_stream: the slot is refilled only
+ * last acquire records an event on compute_stream: the slot is refilled only
  * once that event has completed, so kernels enqueued before the release may
  * still read it. ORTMEM_E_STATE when the tensor is not acquired. */
 ORTMEM_API ortmem_status ortmem_residency_release(ortmem_residency_cache *cache, uint32_t tensor);

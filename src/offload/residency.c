@@ -24,7 +24,7 @@ typedef struct om_weight {
 
 typedef struct om_ring_slot {
     uint32_t tensor;
-    uint32_t holds; /* acquires of tensor served here not released yet; 0 = free */
+    uint32_t acquired; /* acquires of tensor served here not released yet; 0 = free */
 } om_ring_slot;
 
 struct ortmem_residency_cache {
@@ -236,7 +236,7 @@ static ortmem_status om_stream(ortmem_residency_cache *c, uint32_t t, void **ptr
     for (uint32_t k = 0; k < c->ring && r == UINT32_MAX; k++) {
         uint32_t cand = (c->ring_next + k) % c->ring;
         om_slot_state s = om_slots_state(c->slots, c->tensors + cand);
-        if (!c->rings[cand].holds && s != OM_SLOT_QUARANTINED)
+        if (!c->rings[cand].acquired && s != OM_SLOT_QUARANTINED)
             r = cand;
     }
     if (r == UINT32_MAX)
@@ -303,17 +303,17 @@ ortmem_status ortmem_residency_acquire(ortmem_residency_cache *c, uint32_t t, vo
     uint64_t bytes = om_catalog_bytes(c->catalog, t);
     om_weight *w = &c->w[t];
     if (w->streamed_holds) {
-        /* One location per tensor's holds: while it is held in a ring slot
-         * (even if pinned resident since), acquires share that slot, so that
-         * a release never frees a slot another holder still reads. */
+        /* A tensor's acquires are in one place: while it is acquired in a
+         * ring slot (even if pinned resident since), acquires share that
+         * slot, so that a release never frees a slot another caller reads. */
         if (w->streamed_holds == UINT32_MAX)
             st = OM_ERR(ORTMEM_E_OVERFLOW,
-                        "residency acquire: '%s' is held %u times in ring slot %u",
+                        "residency acquire: '%s' is acquired %u times in ring slot %u",
                         om_catalog_name(c->catalog, t), w->streamed_holds, w->ring_slot);
         else {
             c->ops->accessed(c->policy, t, c->pos++, w->resident);
             w->streamed_holds++;
-            c->rings[w->ring_slot].holds++;
+            c->rings[w->ring_slot].acquired++;
             c->stats.hits++;
             c->stats.hit_bytes += bytes;
             *ptr = om_slots_ptr(c->slots, c->tensors + w->ring_slot);
@@ -372,9 +372,9 @@ ortmem_status ortmem_residency_release(ortmem_residency_cache *c, uint32_t t)
         uint32_t r = w->ring_slot;
         /* The last holder's kernels may still read the slot: its refill waits
          * for an event recorded after them on the compute stream. */
-        if (c->rings[r].holds == 1)
+        if (c->rings[r].acquired == 1)
             om_slots_readers_done(c->slots, c->tensors + r, c->o.compute_stream);
-        c->rings[r].holds--;
+        c->rings[r].acquired--;
         w->streamed_holds--;
     } else if (w->acquired)
         w->acquired--;
@@ -521,7 +521,7 @@ static uint64_t om_residency_pressure(void *user, uint64_t want)
     }
     for (uint32_t r = 0; r < c->ring && asked < want; r++) {
         uint32_t slot = c->tensors + r;
-        if (c->rings[r].holds || om_slots_state(c->slots, slot) != OM_SLOT_FILLED)
+        if (c->rings[r].acquired || om_slots_state(c->slots, slot) != OM_SLOT_FILLED)
             continue;
         if (om_slots_retire(c->slots, slot, c->o.compute_stream) == ORTMEM_OK)
             asked += om_slots_bytes(c->slots, slot);
