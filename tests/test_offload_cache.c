@@ -178,12 +178,18 @@ static ortmem_status open_catalog(void)
     return ortmem_weight_catalog_open_file(path, table, NT, NULL, &fx.catalog);
 }
 
-static ortmem_status make_cache(uint64_t budget, uint32_t ring)
+static ortmem_status make_cache_on(uint64_t budget, uint32_t ring, uint64_t compute_stream)
 {
     ortmem_residency_options o = ORTMEM_RESIDENCY_OPTIONS_INIT;
     o.budget_bytes = budget;
     o.ring_slots = ring;
+    o.compute_stream = compute_stream;
     return om_residency_cache_create_with_ops(fx.authority, fx.catalog, &o, &double_ops, &fx.cache);
+}
+
+static ortmem_status make_cache(uint64_t budget, uint32_t ring)
+{
+    return make_cache_on(budget, ring, 0);
 }
 
 static ortmem_residency_stats cache_stats(void)
@@ -389,6 +395,90 @@ Test(offload_cache, budget_evicts_the_policy_victim_and_streams_through_the_ring
     EXPECT_STATUS(ortmem_residency_unpin(fx.cache, 1), ORTMEM_E_STATE);
     OK(ortmem_residency_evict(fx.cache, 1));
     ledger_exact(slot_bytes(2), slot_bytes(0));
+    destroy_all();
+}
+
+/* Two acquires of a streamed tensor share its ring slot: releasing one never
+ * frees the slot the other still reads (the slot went to the next streamed
+ * tensor, and the first holder read its bytes). */
+Test(offload_cache, two_acquires_of_a_streamed_tensor_share_its_ring_slot)
+{
+    make_authority(64 * MiB);
+    OK(open_catalog());
+    /* The resident budget holds tensor 2 alone; the ring has two slots. */
+    OK(make_cache(slot_bytes(2) + 2 * slot_bytes(0), 2));
+    OK(ortmem_residency_pin(fx.cache, 2));
+    void *a1, *a2, *b, *own;
+    OK(ortmem_residency_acquire(fx.cache, 0, &a1)); /* holder 1: streamed */
+    OK(ortmem_residency_slot(fx.cache, 0, &own));
+    cr_assert_neq(a1, own);
+    OK(ortmem_residency_acquire(fx.cache, 0, &a2)); /* holder 2 */
+    OK(ortmem_residency_release(fx.cache, 0));      /* holder 2 is done */
+    OK(ortmem_residency_acquire(fx.cache, 1, &b));
+    cr_assert_eq(mismatch(fx.cpu, b, 1), tensor_bytes(1));
+    cr_assert_eq(mismatch(fx.cpu, a1, 0), tensor_bytes(0),
+                 "holder 1 of tensor 0 reads other bytes at %p (tensor 1 went to %p)", a1, b);
+    cr_assert_eq(a2, a1, "the second acquire took another ring slot");
+    cr_assert_neq(b, a1);
+    OK(ortmem_residency_release(fx.cache, 1));
+    OK(ortmem_residency_release(fx.cache, 0)); /* holder 1 */
+    EXPECT_STATUS(ortmem_residency_release(fx.cache, 0), ORTMEM_E_STATE);
+    cr_assert(strstr(ortmem_last_error(), "is not acquired"), "%s", ortmem_last_error());
+    ortmem_residency_stats s = cache_stats();
+    cr_assert_eq(s.streamed, 2);
+    cr_assert_eq(s.hits, 1); /* the shared acquire copied nothing */
+    cr_assert_eq(s.misses, 2);
+    cr_assert_eq(s.page_ins, 1);
+    cr_assert_eq(s.bytes_moved, tensor_bytes(2) + tensor_bytes(0) + tensor_bytes(1));
+    ledger_exact(slot_bytes(2), 2 * slot_bytes(0));
+    OK(ortmem_residency_unpin(fx.cache, 2));
+    destroy_all();
+}
+
+/* A tensor acquired in a ring slot and then pinned resident: acquires keep
+ * sharing the ring slot until they are all released, so each release ends
+ * the acquire it should; then acquires hit its own slot. */
+Test(offload_cache, acquires_in_a_ring_slot_outlive_a_pin_and_releases_stay_unambiguous)
+{
+    make_authority(64 * MiB);
+    OK(open_catalog());
+    OK(make_cache(slot_bytes(0) + 2 * slot_bytes(0), 2));
+    void *ring, *p, *own;
+    OK(ortmem_residency_pin(fx.cache, 1));
+    OK(ortmem_residency_pin(fx.cache, 2));
+    /* 4 granules resident, 3 of them pinned: tensor 0 (4) streams. */
+    OK(ortmem_residency_acquire(fx.cache, 0, &ring));
+    OK(ortmem_residency_slot(fx.cache, 0, &own));
+    cr_assert_neq(ring, own);
+    OK(ortmem_residency_unpin(fx.cache, 1));
+    OK(ortmem_residency_unpin(fx.cache, 2));
+    OK(ortmem_residency_pin(fx.cache, 0)); /* evicts 1 and 2, pages 0 in */
+    cr_assert(ortmem_residency_is_resident(fx.cache, 0));
+    OK(ortmem_residency_acquire(fx.cache, 0, &p));
+    cr_assert_eq(p, ring, "an acquire while it is acquired in the ring went to another slot");
+    OK(ortmem_residency_release(fx.cache, 0));
+    OK(ortmem_residency_release(fx.cache, 0));
+    /* Released from the ring: the ring slot is free, acquires use the own slot. */
+    OK(ortmem_residency_acquire(fx.cache, 0, &p));
+    cr_assert_eq(p, own);
+    cr_assert_eq(mismatch(fx.cpu, p, 0), tensor_bytes(0));
+    stream_mask[3] = true;
+    void *q;
+    OK(ortmem_residency_acquire(fx.cache, 3, &q)); /* the freed ring slot takes it */
+    cr_assert_eq(mismatch(fx.cpu, q, 3), tensor_bytes(3));
+    OK(ortmem_residency_release(fx.cache, 3));
+    OK(ortmem_residency_release(fx.cache, 0));
+    EXPECT_STATUS(ortmem_residency_release(fx.cache, 0), ORTMEM_E_STATE);
+    ortmem_residency_stats s = cache_stats();
+    cr_assert_eq(s.streamed, 2);
+    cr_assert_eq(s.hits, 2); /* the shared ring slot, then the own slot */
+    cr_assert_eq(s.misses, 2);
+    cr_assert_eq(s.page_ins, 3);
+    cr_assert_eq(s.evictions, 2);
+    cr_assert_eq(s.bytes_moved,
+                 tensor_bytes(1) + tensor_bytes(2) + 2 * tensor_bytes(0) + tensor_bytes(3));
+    OK(ortmem_residency_unpin(fx.cache, 0));
+    ledger_exact(slot_bytes(0), 2 * slot_bytes(0));
     destroy_all();
 }
 
@@ -849,6 +939,13 @@ typedef struct slow_events {
     ortmem_backend *inner;
     ortmem_backend_ops calls;
     int busy_left; /* event queries still answered "pending" */
+    /* late_only: only the last event recorded on late_stream is late (the
+     * compute stream); the others complete at once. */
+    bool late_only, late_live;
+    uint64_t late_stream, late_event;
+    int late_records;      /* events recorded on late_stream */
+    int early_copies;      /* copies issued while the late event was still pending */
+    int fail_late_records; /* records on late_stream still to fail */
 } slow_events;
 
 static slow_events slow;
@@ -891,14 +988,35 @@ static ortmem_status se_copy(void *s, uintptr_t d, uintptr_t src, size_t n)
 }
 static ortmem_status se_copy_async(void *s, uintptr_t d, uintptr_t src, size_t n, uint64_t st)
 {
+    slow.early_copies += slow.late_only && slow.late_live;
     return slow.calls.copy_async(((slow_events *)s)->inner, d, src, n, st);
 }
 static ortmem_status se_record(void *s, uint64_t st, uint64_t *e)
 {
-    return slow.calls.event_record(((slow_events *)s)->inner, st, e);
+    if (slow.late_only && st == slow.late_stream && slow.fail_late_records > 0) {
+        slow.fail_late_records--;
+        return ORTMEM_E_BACKEND;
+    }
+    ortmem_status r = slow.calls.event_record(((slow_events *)s)->inner, st, e);
+    if (r == ORTMEM_OK && slow.late_only && st == slow.late_stream) {
+        slow.late_event = *e;
+        slow.late_live = true;
+        slow.late_records++;
+    }
+    return r;
 }
 static ortmem_status se_query(void *s, uint64_t e)
 {
+    if (slow.late_only) {
+        if (!slow.late_live || e != slow.late_event)
+            return slow.calls.event_query(((slow_events *)s)->inner, e);
+        if (slow.busy_left > 0) {
+            slow.busy_left--;
+            return ORTMEM_E_BUSY;
+        }
+        slow.late_live = false;
+        return slow.calls.event_query(((slow_events *)s)->inner, e);
+    }
     if (slow.busy_left > 0) {
         slow.busy_left--;
         return ORTMEM_E_BUSY;
@@ -914,10 +1032,10 @@ static void se_destroy(void *s)
     (void)s;
 }
 
-Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes_until_its_fence)
+static void make_slow_backend(void)
 {
+    memset(&slow, 0, sizeof slow);
     slow.inner = fx.cpu;
-    slow.busy_left = 0;
     OK(ortmem_backend_forwarding_ops(fx.cpu, &slow.calls));
     ortmem_backend_ops ops = {
         .struct_size = sizeof ops,
@@ -938,6 +1056,11 @@ Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes
         .event_destroy = se_event_destroy,
     };
     OK(ortmem_backend_create_wrapper(fx.cpu, &ops, &slow, &fx.b));
+}
+
+Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes_until_its_fence)
+{
+    make_slow_backend();
     make_authority(64 * MiB);
     OK(open_catalog());
     OK(make_cache(all_slots() + slot_bytes(0), 1));
@@ -974,6 +1097,66 @@ Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes
     cr_assert_eq(s.stalls, 2);
     cr_assert_eq(s.page_ins, 2);
     cr_assert_eq(s.evictions, 1);
+    ledger_matches_cache();
+    destroy_all();
+}
+
+/* A released ring slot may still be read by kernels queued on the compute
+ * stream: its refill waits for the event recorded there at the release (a
+ * stall) and copies nothing before it has completed. */
+Test(offload_cache, a_ring_slot_is_refilled_only_after_its_last_reader_on_the_compute_stream)
+{
+    enum { COMPUTE = 5 };
+    make_slow_backend();
+    slow.late_only = true;
+    slow.late_stream = COMPUTE;
+    make_authority(64 * MiB);
+    OK(open_catalog());
+    OK(make_cache_on(all_slots() + slot_bytes(0), 1, COMPUTE));
+    ledger_backend = fx.b;
+    stream_mask[0] = stream_mask[1] = true;
+    void *p, *q;
+    OK(ortmem_residency_acquire(fx.cache, 0, &p)); /* fills the ring's slot */
+    OK(ortmem_residency_release(fx.cache, 0));
+    cr_assert_eq(slow.late_records, 1, "the release recorded %d events on the compute stream",
+                 slow.late_records);
+    /* The reader's kernels are still running: the refill waits them out. */
+    slow.busy_left = 3;
+    OK(ortmem_residency_acquire(fx.cache, 1, &q));
+    cr_assert_eq(q, p);
+    cr_assert_eq(slow.early_copies, 0, "%d copies overwrote the slot before its reader finished",
+                 slow.early_copies);
+    cr_assert_eq(slow.busy_left, 0);
+    cr_assert_eq(mismatch(fx.cpu, q, 1), tensor_bytes(1));
+    ortmem_residency_stats s = cache_stats();
+    cr_assert_eq(s.stalls, 1);
+    cr_assert_eq(s.streamed, 2);
+    OK(ortmem_residency_release(fx.cache, 1));
+    cr_assert_eq(slow.late_records, 2);
+    /* Its reader done already: the refill does not stall. */
+    OK(ortmem_residency_acquire(fx.cache, 0, &q));
+    cr_assert_eq(mismatch(fx.cpu, q, 0), tensor_bytes(0));
+    cr_assert_eq(cache_stats().stalls, 1);
+    /* The release cannot record its event: it still succeeds, and the next
+     * refill records one on the compute stream itself and waits for it. */
+    slow.fail_late_records = 1;
+    OK(ortmem_residency_release(fx.cache, 0));
+    cr_assert_eq(ortmem_last_error()[0], '\0', "%s", ortmem_last_error());
+    cr_assert_eq(slow.late_records, 2);
+    slow.busy_left = 2;
+    OK(ortmem_residency_acquire(fx.cache, 1, &q));
+    cr_assert_eq(slow.late_records, 3);
+    cr_assert_eq(slow.early_copies, 0);
+    cr_assert_eq(slow.busy_left, 0);
+    cr_assert_eq(mismatch(fx.cpu, q, 1), tensor_bytes(1));
+    OK(ortmem_residency_release(fx.cache, 1));
+    s = cache_stats();
+    cr_assert_eq(s.stalls, 2);
+    cr_assert_eq(slow.early_copies, 0);
+    cr_assert_eq(s.bytes_moved, 2 * tensor_bytes(0) + 2 * tensor_bytes(1));
+    cr_assert_eq(s.resident_bytes, 0);
+    cr_assert_eq(s.ring_bytes, slot_bytes(0));
+    cr_assert_eq(stats_of(fx.b).mapped_bytes, slot_bytes(0));
     ledger_matches_cache();
     destroy_all();
 }

@@ -242,7 +242,7 @@ typedef struct ortmem_residency_options {
     uint64_t budget_bytes;
     uint32_t ring_slots;     /* slots that streamed tensors pass through; 0 = 2 */
     uint64_t copy_stream;    /* stream the host-to-device copies go on (0 = default) */
-    uint64_t compute_stream; /* stream an eviction waits for (its fence) */
+    uint64_t compute_stream; /* stream an eviction (its fence) and a ring refill wait for */
     int priority;            /* of the cache's weights holder */
 } ortmem_residency_options;
 
@@ -253,13 +253,15 @@ typedef struct ortmem_residency_options {
 
 typedef struct ortmem_residency_stats {
     size_t struct_size;
-    uint64_t hits, misses; /* acquires found resident / not */
+    uint64_t hits, misses; /* acquires served without a copy (resident, or sharing the ring
+                              slot the tensor is acquired in) / with one */
     uint64_t hit_bytes, miss_bytes;
     uint64_t page_ins;        /* tensors copied into their own slot */
     uint64_t evictions;       /* slots decommitted (policy, pressure or unpin) */
     uint64_t bytes_moved;     /* host-to-device bytes copied (page-ins and streams) */
     uint64_t streamed;        /* misses served through a ring slot */
-    uint64_t stalls;          /* acquires that waited on a copy event */
+    uint64_t stalls;          /* acquires that waited: on a copy event, a pending eviction, or a
+                                 ring slot's last reader on the compute stream */
     uint64_t resident_bytes;  /* slot bytes mapped for resident tensors */
     uint64_t ring_bytes;      /* ring slot bytes mapped */
     uint64_t retiring_bytes;  /* evicted slots whose fence-ordered decommit is pending */
@@ -284,9 +286,20 @@ ORTMEM_API ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *
  * when resident (a hit copies nothing) or admitted, else a ring slot
  * (streamed). The bytes have landed when it returns. The tensor stays put
  * until ortmem_residency_release. ORTMEM_E_BUDGET naming the numbers when
- * room cannot be made (everything resident is pinned or acquired). */
+ * room cannot be made (everything resident is pinned or acquired).
+ * A tensor's outstanding acquires are in one place at a time: while it has
+ * acquires not released in a ring slot, a further acquire returns that same
+ * slot and counts one more there (a hit: nothing is copied), even if the
+ * tensor was pinned resident meanwhile; once they are all released, acquires
+ * use its own slot again. */
 ORTMEM_API ortmem_status ortmem_residency_acquire(ortmem_residency_cache *cache, uint32_t tensor,
                                                   void **device_ptr);
+/* Ends one acquire of tensor, wherever its acquires are (its ring slot while
+ * it has acquires there, else its own slot); which caller releases does not
+ * matter, as all of them read the same slot. The release of a ring slot's
+ * last acquire records an event on compute_stream: the slot is refilled only
+ * once that event has completed, so kernels enqueued before the release may
+ * still read it. ORTMEM_E_STATE when the tensor is not acquired. */
 ORTMEM_API ortmem_status ortmem_residency_release(ortmem_residency_cache *cache, uint32_t tensor);
 
 /* Pins a tensor resident (paging it in when it is not): never evicted until

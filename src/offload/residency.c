@@ -15,7 +15,8 @@
 typedef struct om_weight {
     uint32_t pins;           /* pin/unpin: never evicted while > 0 */
     uint32_t acquired;       /* acquires of its own slot not released yet */
-    uint32_t streamed_holds; /* acquires served through ring slots not released yet */
+    uint32_t streamed_holds; /* acquires served through its ring slot not released yet */
+    uint32_t ring_slot;      /* the ring slot they share, while streamed_holds > 0 */
     bool resident;           /* its slot holds its bytes (the policy was told) */
     bool stale; /* its slot stayed mapped after a failed page-in, its bytes not all there:
                    counted with retiring_bytes until decommitted or refilled */
@@ -23,7 +24,7 @@ typedef struct om_weight {
 
 typedef struct om_ring_slot {
     uint32_t tensor;
-    bool busy;
+    uint32_t acquired; /* acquires of tensor served here not released yet; 0 = free */
 } om_ring_slot;
 
 struct ortmem_residency_cache {
@@ -235,7 +236,7 @@ static ortmem_status om_stream(ortmem_residency_cache *c, uint32_t t, void **ptr
     for (uint32_t k = 0; k < c->ring && r == UINT32_MAX; k++) {
         uint32_t cand = (c->ring_next + k) % c->ring;
         om_slot_state s = om_slots_state(c->slots, c->tensors + cand);
-        if (!c->rings[cand].busy && s != OM_SLOT_QUARANTINED)
+        if (!c->rings[cand].acquired && s != OM_SLOT_QUARANTINED)
             r = cand;
     }
     if (r == UINT32_MAX)
@@ -262,9 +263,10 @@ static ortmem_status om_stream(ortmem_residency_cache *c, uint32_t t, void **ptr
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "residency cache: streaming '%s' through ring slot %u",
                              om_catalog_name(c->catalog, t), r);
-    c->rings[r] = (om_ring_slot){t, true};
+    c->rings[r] = (om_ring_slot){t, 1};
     c->ring_next = (r + 1) % c->ring;
-    c->w[t].streamed_holds++;
+    c->w[t].streamed_holds = 1;
+    c->w[t].ring_slot = r;
     c->stats.streamed++;
     c->stats.bytes_moved += bytes;
     *ptr = om_slots_ptr(c->slots, slot);
@@ -298,8 +300,29 @@ ortmem_status ortmem_residency_acquire(ortmem_residency_cache *c, uint32_t t, vo
     ortmem_status st = om_enter(c, t, "residency acquire");
     if (st != ORTMEM_OK)
         return st;
-    om_settle(c, t);
     uint64_t bytes = om_catalog_bytes(c->catalog, t);
+    om_weight *w = &c->w[t];
+    if (w->streamed_holds) {
+        /* A tensor's acquires are in one place: while it is acquired in a
+         * ring slot (even if pinned resident since), acquires share that
+         * slot, so that a release never frees a slot another caller reads. */
+        if (w->streamed_holds == UINT32_MAX)
+            st = OM_ERR(ORTMEM_E_OVERFLOW,
+                        "residency acquire: '%s' is acquired %u times in ring slot %u",
+                        om_catalog_name(c->catalog, t), w->streamed_holds, w->ring_slot);
+        else {
+            c->ops->accessed(c->policy, t, c->pos++, w->resident);
+            w->streamed_holds++;
+            c->rings[w->ring_slot].acquired++;
+            c->stats.hits++;
+            c->stats.hit_bytes += bytes;
+            *ptr = om_slots_ptr(c->slots, c->tensors + w->ring_slot);
+        }
+        c->stats.refusals += st != ORTMEM_OK;
+        pthread_mutex_unlock(&c->lock);
+        return st;
+    }
+    om_settle(c, t);
     c->current = t;
     if (c->w[t].resident) {
         c->ops->accessed(c->policy, t, c->pos++, true);
@@ -346,11 +369,12 @@ ortmem_status ortmem_residency_release(ortmem_residency_cache *c, uint32_t t)
         return st;
     om_weight *w = &c->w[t];
     if (w->streamed_holds) {
-        for (uint32_t r = 0; r < c->ring; r++)
-            if (c->rings[r].busy && c->rings[r].tensor == t) {
-                c->rings[r].busy = false;
-                break;
-            }
+        uint32_t r = w->ring_slot;
+        /* The last holder's kernels may still read the slot: its refill waits
+         * for an event recorded after them on the compute stream. */
+        if (c->rings[r].acquired == 1)
+            om_slots_readers_done(c->slots, c->tensors + r, c->o.compute_stream);
+        c->rings[r].acquired--;
         w->streamed_holds--;
     } else if (w->acquired)
         w->acquired--;
@@ -497,7 +521,7 @@ static uint64_t om_residency_pressure(void *user, uint64_t want)
     }
     for (uint32_t r = 0; r < c->ring && asked < want; r++) {
         uint32_t slot = c->tensors + r;
-        if (c->rings[r].busy || om_slots_state(c->slots, slot) != OM_SLOT_FILLED)
+        if (c->rings[r].acquired || om_slots_state(c->slots, slot) != OM_SLOT_FILLED)
             continue;
         if (om_slots_retire(c->slots, slot, c->o.compute_stream) == ORTMEM_OK)
             asked += om_slots_bytes(c->slots, slot);

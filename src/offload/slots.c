@@ -11,7 +11,11 @@
 typedef struct om_slot {
     size_t offset, len; /* granule-aligned */
     om_slot_state state;
-    ortmem_fence *fence; /* RETIRING */
+    ortmem_fence *fence;    /* RETIRING */
+    uint64_t reader_event;  /* recorded on the compute stream at the last reader's release */
+    uint64_t reader_stream; /* that compute stream */
+    bool reader_pending;    /* reader_event is live: a refill waits for it first */
+    bool reader_unordered;  /* recording it failed: the refill records one itself */
 } om_slot;
 
 struct om_slots {
@@ -126,6 +130,66 @@ static ortmem_status om_slots_copy(om_slots *s, uint32_t i, const void *host, ui
     return ORTMEM_OK;
 }
 
+/* Drops a reader event (a later fence on the same stream covers it, or
+ * nothing reads the slot any more). */
+static void om_slots_drop_reader(om_slots *s, om_slot *sl)
+{
+    sl->reader_unordered = false;
+    if (!sl->reader_pending)
+        return;
+    /* A failed destroy leaves an event the backend destroys with itself. */
+    (void)ortmem_backend_event_destroy(s->backend, sl->reader_event);
+    sl->reader_pending = false;
+}
+
+void om_slots_readers_done(om_slots *s, uint32_t i, uint64_t compute_stream)
+{
+    om_slot *sl = &s->slot[i];
+    /* Any new event comes later on the same stream: it covers the old one. */
+    om_slots_drop_reader(s, sl);
+    sl->reader_stream = compute_stream;
+    om_error_saved saved;
+    om_error_save(&saved);
+    uint64_t event = 0;
+    if (ortmem_backend_event_record(s->backend, compute_stream, &event) == ORTMEM_OK) {
+        sl->reader_event = event;
+        sl->reader_pending = true;
+        sl->reader_unordered = false;
+    } else
+        sl->reader_unordered = true;
+    (void)om_error_restore(&saved, ORTMEM_OK);
+}
+
+/* Waits until the compute stream has passed the slot's last reader. */
+static ortmem_status om_slots_wait_readers(om_slots *s, uint32_t i, bool *stalled)
+{
+    om_slot *sl = &s->slot[i];
+    if (sl->reader_unordered) {
+        /* An event recorded now still comes after the readers' work. */
+        uint64_t event = 0;
+        ortmem_status st = ortmem_backend_event_record(s->backend, sl->reader_stream, &event);
+        if (st != ORTMEM_OK)
+            return om_error_wrap(st,
+                                 "slot %u: recording an event after its last reader on "
+                                 "stream %llu",
+                                 i, (unsigned long long)sl->reader_stream);
+        sl->reader_event = event;
+        sl->reader_pending = true;
+        sl->reader_unordered = false;
+    }
+    if (!sl->reader_pending)
+        return ORTMEM_OK;
+    ortmem_status st;
+    while ((st = ortmem_backend_event_query(s->backend, sl->reader_event)) == ORTMEM_E_BUSY) {
+        *stalled = true;
+        sched_yield();
+    }
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "slot %u: waiting for its last reader's event", i);
+    om_slots_drop_reader(s, sl);
+    return ORTMEM_OK;
+}
+
 ortmem_status om_slots_fill(om_slots *s, uint32_t i, const void *host, uint64_t len,
                             uint64_t copy_stream, bool *stalled)
 {
@@ -163,7 +227,14 @@ ortmem_status om_slots_refill(om_slots *s, uint32_t i, const void *host, uint64_
     if (s->slot[i].state != OM_SLOT_FILLED)
         return OM_ERR(ORTMEM_E_STATE, "slot %u: refill of a slot in state %d", i,
                       (int)s->slot[i].state);
-    return om_slots_copy(s, i, host, len, copy_stream, stalled);
+    bool waited = false;
+    ortmem_status st = om_slots_wait_readers(s, i, &waited);
+    if (st == ORTMEM_OK)
+        st = om_slots_copy(s, i, host, len, copy_stream, stalled);
+    else
+        *stalled = false;
+    *stalled = *stalled || waited;
+    return st;
 }
 
 ortmem_status om_slots_retire(om_slots *s, uint32_t i, uint64_t compute_stream)
@@ -183,6 +254,7 @@ ortmem_status om_slots_retire(om_slots *s, uint32_t i, uint64_t compute_stream)
         (void)om_error_restore(&saved, st);
         return om_error_wrap(st, "slot %u: eviction", i);
     }
+    om_slots_drop_reader(s, sl); /* the fence comes later on the same stream */
     sl->fence = f;
     sl->state = OM_SLOT_RETIRING;
     s->retiring++;
@@ -237,6 +309,8 @@ ortmem_status om_slots_destroy(om_slots *s)
     if (s->retiring)
         return OM_ERR(ORTMEM_E_BUSY, "weight slots: %u evictions still pending after 1 s",
                       s->retiring);
+    for (uint32_t i = 0; i < s->count; i++)
+        om_slots_drop_reader(s, &s->slot[i]);
     ortmem_status st = ortmem_region_destroy(s->region);
     om_free(s->slot);
     om_free(s);

@@ -36,7 +36,14 @@ size_t om_slots_granule(const om_slots *s);
  * quarantined granules). */
 ortmem_status om_slots_fill(om_slots *s, uint32_t slot, const void *host, uint64_t len,
                             uint64_t copy_stream, bool *stalled);
-/* Copies into a FILLED slot again (ring slots). */
+/* Records an event on compute_stream after the work that reads the slot (its
+ * last reader released it); the next refill waits for it. Never fails: when
+ * the record fails, the refill records one on that stream itself (later, so
+ * it still comes after the readers). */
+void om_slots_readers_done(om_slots *s, uint32_t slot, uint64_t compute_stream);
+/* Copies into a FILLED slot again (ring slots), once the event of its last
+ * readers (om_slots_readers_done) has completed (*stalled: it or the copy was
+ * pending). */
 ortmem_status om_slots_refill(om_slots *s, uint32_t slot, const void *host, uint64_t len,
                               uint64_t copy_stream, bool *stalled);
 /* FILLED -> RETIRING: a decommit once the work enqueued on compute_stream so
