@@ -1214,3 +1214,60 @@ Test(offload_cache, the_cache_disposes_as_the_simulated_policy_proposes)
         destroy_all();
     }
 }
+
+/* ---- a cache destroyed inside a pressure pass that picked its holder ---- */
+
+static ortmem_status destroy_in_pass = ORTMEM_OK;
+static int destroy_in_pass_armed;
+
+static uint64_t destroys_the_cache(void *user, uint64_t want)
+{
+    (void)user;
+    (void)want;
+    if (destroy_in_pass_armed)
+        destroy_in_pass = ortmem_residency_cache_destroy(fx.cache);
+    destroy_in_pass_armed = 0;
+    return 0;
+}
+
+/* An earlier holder's callback destroys the cache while the same pass has
+ * picked "weights": refused, nothing changes (the pass then reclaims cold
+ * weights through the cache it would otherwise have freed). */
+Test(offload_cache, a_destroy_inside_a_pressure_pass_that_picked_the_weights_is_refused)
+{
+    uint64_t limit = all_slots() + slot_bytes(0);
+    make_authority(limit);
+    OK(open_catalog());
+    OK(make_cache(limit, 1));
+    void *p;
+    for (uint32_t t = 0; t < NT; t++) {
+        OK(ortmem_residency_acquire(fx.cache, t, &p));
+        OK(ortmem_residency_release(fx.cache, t));
+    }
+    ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
+    ho.name = "first";
+    ho.priority = -100; /* asked before the weights */
+    ho.on_pressure = destroys_the_cache;
+    ortmem_holder *first = NULL, *kv = NULL;
+    OK(ortmem_holder_register(fx.authority, &ho, &first));
+    ortmem_grant *gf = NULL;
+    OK(ortmem_grant_prepare(first, G, &gf)); /* something to give: it is asked */
+    OK(ortmem_grant_charge(gf, G));
+    ho.name = "kv";
+    ho.priority = 10;
+    ho.on_pressure = NULL;
+    OK(ortmem_holder_register(fx.authority, &ho, &kv));
+    uint64_t want = limit - all_slots() + 2 * G;
+    destroy_in_pass_armed = 1;
+    ortmem_grant *g = NULL;
+    OK(ortmem_grant_prepare(kv, want, &g));
+    OK(ortmem_grant_charge(g, want));
+    cr_assert_eq(destroy_in_pass_armed, 0, "the first holder was asked");
+    cr_assert_eq(destroy_in_pass, ORTMEM_E_BUSY, "%s", ortmem_status_str(destroy_in_pass));
+    cr_assert_gt(cache_stats().evictions, 0, "the weights gave back through the live cache");
+    OK(ortmem_holder_refund(kv, want));
+    OK(ortmem_holder_refund(first, G));
+    OK(ortmem_holder_unregister(kv));
+    OK(ortmem_holder_unregister(first));
+    destroy_all();
+}

@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "governance/authority.h"
 #include "offload/catalog.h"
 #include "offload/slots.h"
 
@@ -682,6 +683,11 @@ ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *c)
     om_error_clear();
     if (!c)
         return OM_ERR(ORTMEM_E_INVALID, "residency cache destroy: cache is NULL");
+    /* The weights holder's pressure callback names c: no pass may run it
+     * once c is freed (refused, nothing changed, from inside such a pass). */
+    ortmem_status st = om_holder_quiesce(c->holder, "residency cache destroy");
+    if (st != ORTMEM_OK)
+        return st;
     pthread_mutex_lock(&c->lock);
     uint32_t acquired = 0, pinned = 0;
     for (uint32_t t = 0; t < c->tensors; t++) {
@@ -690,13 +696,15 @@ ortmem_status ortmem_residency_cache_destroy(ortmem_residency_cache *c)
     }
     if (acquired || pinned) {
         pthread_mutex_unlock(&c->lock);
+        om_holder_unquiesce(c->holder);
         return OM_ERR(ORTMEM_E_BUSY,
                       "residency cache destroy: %u acquires not released and %u pins held",
                       acquired, pinned);
     }
-    ortmem_status st = om_slots_destroy(c->slots);
+    st = om_slots_destroy(c->slots);
     if (st == ORTMEM_E_BUSY) {
         pthread_mutex_unlock(&c->lock);
+        om_holder_unquiesce(c->holder);
         return om_error_wrap(st, "residency cache destroy");
     }
     c->slots = NULL;
