@@ -241,6 +241,45 @@ Test(extents, cow_copies_the_whole_shared_extent)
     OK(ortmem_backend_destroy(b));
 }
 
+/* Copy-on-write over several ranges is all or nothing across them: the
+ * second extent's copy failing leaves the first extent shared too, and the
+ * shared extent between the ranges is not looked at. */
+Test(extents, cow_ranges_is_all_or_nothing_across_the_ranges)
+{
+    ortmem_backend *cpu = test_backend(), *b = NULL;
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    OK(ortmem_fault_backend_create(cpu, &fo, &b));
+    ortmem_region *a = region_on(b, 8 * G, 0);
+    ortmem_region *c = region_on(b, 8 * G, 0);
+    commit_extent(a, 0, 2 * G);
+    commit_extent(a, 2 * G, 2 * G);
+    commit_extent(a, 4 * G, 2 * G);
+    fill_pattern(base(a), 6 * G, 21);
+    OK(ortmem_region_share(c, 0, a, 0, 6 * G, ORTMEM_ACCESS_READ_WRITE));
+    const ortmem_range ranges[] = {{G, 1}, {5 * G, 1}}; /* the first and third extents */
+    ortmem_vmm_stats s0 = stats_of(b);
+    fo.op = ORTMEM_OP_COPY;
+    fo.fail_at = 2; /* the second extent's copy */
+    OK(ortmem_fault_backend_arm(b, &fo));
+    EXPECT_STATUS(ortmem_region_cow_ranges(c, ranges, 2), ORTMEM_E_BACKEND);
+    fo.fail_at = 0;
+    OK(ortmem_fault_backend_arm(b, &fo));
+    ortmem_vmm_stats s1 = stats_of(b);
+    same_ledger(&s0, &s1, "after the failed cow");
+    for (size_t g = 0; g < 6; g++)
+        cr_assert_eq(granule_info(c, g * G).mappers, 2, "granule %zu is still shared", g);
+    OK(ortmem_region_cow_ranges(c, ranges, 2));
+    cr_assert_eq(granule_info(c, 0).mappers, 1);
+    cr_assert_eq(granule_info(c, 2 * G).mappers, 2, "between the ranges: still shared");
+    cr_assert_eq(granule_info(c, 4 * G).mappers, 1);
+    cr_assert_eq(stats_of(b).owned_extents, s0.owned_extents + 2);
+    cr_assert(check_pattern(base(c), 6 * G, 21), "every byte copied or shared");
+    OK(ortmem_region_destroy(c));
+    OK(ortmem_region_destroy(a));
+    OK(ortmem_backend_destroy(b));
+    OK(ortmem_backend_destroy(cpu));
+}
+
 Test(extents, export_needs_the_extent_start_and_exports_it_whole)
 {
     ortmem_backend *b = test_backend();

@@ -577,6 +577,10 @@ ORTMEM_API ortmem_status ortmem_region_share(ortmem_region *dst, size_t dst_offs
  * touches with a private read-write copy of the whole extent at the same VA.
  * Needs the backend's copy primitive and readable granules. All or nothing. */
 ORTMEM_API ortmem_status ortmem_region_cow(ortmem_region *region, size_t offset, size_t len);
+/* As ortmem_region_cow over several ranges, all or nothing across them (one
+ * reservation, one swap): a failure leaves every range as it was. */
+ORTMEM_API ortmem_status ortmem_region_cow_ranges(ortmem_region *region, const ortmem_range *ranges,
+                                                  size_t count);
 
 /* Copies len bytes between mapped, readable (source) and writable
  * (destination) ranges of two regions of one backend, with the backend's copy

@@ -13,7 +13,7 @@
 /* Bytes of the shared extents (mapped elsewhere too, not the zero alias)
  * that range r touches: what copy-on-write copies, each extent whole. */
 static ortmem_status om_shared_extent_bytes(ortmem_kv_cache *c, ortmem_kv_seq *s, ortmem_range r,
-                                            uint64_t *bytes)
+                                            uint64_t *seen_end, uint64_t *bytes)
 {
     uint64_t g = c->geometry.granule;
     *bytes = 0;
@@ -24,9 +24,11 @@ static ortmem_status om_shared_extent_bytes(ortmem_kv_cache *c, ortmem_kv_seq *s
         ortmem_status st = ortmem_region_granule_info(s->region, k * g, &info);
         if (st != ORTMEM_OK)
             return st;
-        if (info.state != ORTMEM_GRANULE_MAPPED || info.mappers < 2)
+        if (info.state != ORTMEM_GRANULE_MAPPED || info.mappers < 2 ||
+            info.extent_offset < *seen_end) /* counted for an earlier range */
             continue;
         *bytes += (uint64_t)info.extent_granules * g;
+        *seen_end = info.extent_offset + (uint64_t)info.extent_granules * g;
         k = info.extent_offset / g + info.extent_granules - 1; /* the next extent */
     }
     return ORTMEM_OK;
@@ -263,20 +265,21 @@ ortmem_status om_kv_append_stable(ortmem_kv_cache *c, ortmem_kv_seq *s, uint64_t
     /* Writes below shared_upto would land in extents another sequence maps:
      * give this one private copies before the tokens are written. */
     if (st == ORTMEM_OK && s->length < s->shared_upto) {
-        uint64_t copied = 0;
+        uint64_t copied = 0, seen_end = 0; /* the ranges ascend */
         for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++) {
             uint64_t bytes = 0;
-            st = om_shared_extent_bytes(c, s, ranges[f], &bytes);
-            if (st == ORTMEM_OK)
-                st = ortmem_region_cow(s->region, ranges[f].offset, ranges[f].length);
-            if (st == ORTMEM_E_QUARANTINED) {
-                om_error_save(&quarantined);
-                st = ORTMEM_OK;
-            }
-            copied += st == ORTMEM_OK ? bytes : 0;
+            st = om_shared_extent_bytes(c, s, ranges[f], &seen_end, &bytes);
+            copied += bytes;
+        }
+        /* Every fragment at once: a failure leaves no fragment copied. */
+        if (st == ORTMEM_OK)
+            st = ortmem_region_cow_ranges(s->region, ranges, c->fragments);
+        if (st == ORTMEM_E_QUARANTINED) {
+            om_error_save(&quarantined);
+            st = ORTMEM_OK;
         }
         pthread_mutex_lock(&c->lock);
-        c->cow_copied += copied;
+        c->cow_copied += st == ORTMEM_OK ? copied : 0;
         pthread_mutex_unlock(&c->lock);
         for (uint64_t f = 0; st == ORTMEM_OK && f < c->fragments; f++)
             st = om_unshare_writable(c, s, ranges[f]);

@@ -233,10 +233,13 @@ static ortmem_status cow_swap(ortmem_region *r, cow_job *job)
 
 /* The candidates: the granules of mapped extents that another mapping shares
  * (job's span holds whole extents). */
-static ortmem_status select_shared(const ortmem_region *r, cow_job *job)
+/* want (NULL: every granule): the granules of the span the call covers. */
+static ortmem_status select_shared(const ortmem_region *r, cow_job *job, const bool *want)
 {
     for (size_t k = 0; k < job->n; k++) {
         const om_slot *s = &r->slots[job->g0 + k];
+        if (want && !want[k])
+            continue;
         if (s->state != ORTMEM_GRANULE_MAPPED || atomic_load(&s->phys->mappers) < 2)
             continue;
         job->cand[k] = true;
@@ -252,28 +255,62 @@ static ortmem_status select_shared(const ortmem_region *r, cow_job *job)
     return ORTMEM_OK;
 }
 
-static ortmem_status cow_prepare(ortmem_region *r, size_t offset, size_t len, cow_job *job)
+/* [*first, *last]: the granules of [offset, +len) widened to whole extents
+ * at both ends (an extent is copied whole). */
+static ortmem_status cow_span(ortmem_region *r, size_t offset, size_t len, size_t *first,
+                              size_t *last)
 {
     ortmem_status st = om_region_check_range(r, offset, len, "region cow");
     if (st != ORTMEM_OK)
         return st;
-    size_t first = offset / r->granule, last = (offset + len - 1) / r->granule;
-    st = om_region_check_unquarantined(r, first, last - first + 1, "region cow");
+    size_t f = offset / r->granule, l = (offset + len - 1) / r->granule;
+    st = om_region_check_unquarantined(r, f, l - f + 1, "region cow");
     if (st != ORTMEM_OK)
         return st;
-    /* Widened to the whole extents at both ends: an extent is copied whole. */
-    if (r->slots[first].state == ORTMEM_GRANULE_MAPPED)
-        first = om_extent_first(r, first);
-    if (r->slots[last].state == ORTMEM_GRANULE_MAPPED)
-        last = om_extent_first(r, last) + r->slots[last].phys->granules - 1;
+    if (r->slots[f].state == ORTMEM_GRANULE_MAPPED)
+        f = om_extent_first(r, f);
+    if (r->slots[l].state == ORTMEM_GRANULE_MAPPED)
+        l = om_extent_first(r, l) + r->slots[l].phys->granules - 1;
+    *first = f;
+    *last = l;
+    return ORTMEM_OK;
+}
+
+/* One job over the span that covers every range; only the granules of the
+ * ranges (widened to whole extents) are looked at. */
+static ortmem_status cow_prepare(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                 cow_job *job)
+{
+    size_t first = SIZE_MAX, last = 0;
+    ortmem_status st = ORTMEM_OK;
+    for (size_t i = 0; st == ORTMEM_OK && i < count; i++) {
+        size_t f, l;
+        st = cow_span(r, ranges[i].offset, ranges[i].length, &f, &l);
+        if (st == ORTMEM_OK) {
+            first = f < first ? f : first;
+            last = l > last ? l : last;
+        }
+    }
+    if (st != ORTMEM_OK || count == 0)
+        return st;
     job->g0 = first;
     job->n = last - first + 1;
-    job->cand = om_calloc(job->n, sizeof *job->cand);
+    bool *want = count > 1 ? om_calloc(job->n, sizeof *want) : NULL;
+    job->cand = count == 1 || want ? om_calloc(job->n, sizeof *job->cand) : NULL;
     job->ext = job->cand ? om_calloc(job->n, sizeof *job->ext) : NULL;
     job->fresh = job->ext ? om_calloc(job->n, sizeof *job->fresh) : NULL;
-    if (!job->fresh)
+    if (!job->fresh) {
+        om_free(want);
         return OM_ERR(ORTMEM_E_NOMEM, "region cow: bookkeeping for %zu granules", job->n);
-    st = select_shared(r, job);
+    }
+    for (size_t i = 0; want && i < count; i++) {
+        size_t f = 0, l = 0;
+        (void)cow_span(r, ranges[i].offset, ranges[i].length, &f, &l); /* checked above */
+        for (size_t k = f; k <= l; k++)
+            want[k - first] = true;
+    }
+    st = select_shared(r, job, want);
+    om_free(want);
     if (st == ORTMEM_OK && job->count && !om_backend_can_copy(r->backend))
         st = OM_ERR(ORTMEM_E_UNSUPPORTED, "region cow: backend '%s' has no copy primitive",
                     r->backend->ops.name);
@@ -320,7 +357,8 @@ static ortmem_status cow_finish(ortmem_region *r, cow_job *job, ortmem_status st
     return st;
 }
 
-static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len, om_relief *relief)
+static ortmem_status region_cow_once(ortmem_region *r, const ortmem_range *ranges, size_t count,
+                                     om_relief *relief)
 {
     om_error_clear();
     ortmem_status st = om_region_lock(r, "region cow");
@@ -328,20 +366,31 @@ static ortmem_status region_cow_once(ortmem_region *r, size_t offset, size_t len
         return st;
     r->relief = relief;
     cow_job job = {0};
-    st = cow_prepare(r, offset, len, &job);
+    st = cow_prepare(r, ranges, count, &job);
     if (st == ORTMEM_OK && job.count)
         st = cow_run(r, &job);
+    size_t offset = job.n ? job.g0 * r->granule : 0, len = job.n * r->granule;
     st = cow_finish(r, &job, st, offset, len);
     r->relief = NULL;
     om_region_unlock(r);
     return st;
 }
 
+ortmem_status ortmem_region_cow_ranges(ortmem_region *r, const ortmem_range *ranges, size_t count)
+{
+    if (count && !ranges) {
+        om_error_clear();
+        return OM_ERR(ORTMEM_E_INVALID, "region cow: %zu ranges at NULL", count);
+    }
+    om_relief relief = {0};
+    ortmem_status st = region_cow_once(r, ranges, count, &relief);
+    if (om_relief_run(&relief, st))
+        st = region_cow_once(r, ranges, count, NULL);
+    return st;
+}
+
 ortmem_status ortmem_region_cow(ortmem_region *r, size_t offset, size_t len)
 {
-    om_relief relief = {0};
-    ortmem_status st = region_cow_once(r, offset, len, &relief);
-    if (om_relief_run(&relief, st))
-        st = region_cow_once(r, offset, len, NULL);
-    return st;
+    ortmem_range range = {offset, len};
+    return ortmem_region_cow_ranges(r, &range, 1);
 }
