@@ -1271,3 +1271,45 @@ Test(offload_cache, a_destroy_inside_a_pressure_pass_that_picked_the_weights_is_
     OK(ortmem_holder_unregister(first));
     destroy_all();
 }
+
+/* ---- a captured graph that reads a slot ---- */
+
+/* The signature names the slot's tensor when an eviction invalidates the
+ * graph; paged in again at the same VA, the graph is kept (remapped); a pinned
+ * slot cannot be evicted under it. */
+Test(offload_cache, a_graph_signature_names_the_evicted_slot_and_keeps_a_repaged_one)
+{
+    make_authority(64 * MiB);
+    OK(open_catalog());
+    OK(make_cache(all_slots() + slot_bytes(0), 1));
+    void *p = NULL;
+    ortmem_graph_signature *sig = NULL;
+    OK(ortmem_graph_signature_create(&sig));
+    EXPECT_STATUS(ortmem_graph_signature_add_slot(sig, fx.cache, 2), ORTMEM_E_STATE);
+    cr_assert(strstr(ortmem_last_error(), "blk.0.ffn_up.weight"), "%s", ortmem_last_error());
+    OK(ortmem_residency_acquire(fx.cache, 2, &p));
+    OK(ortmem_residency_release(fx.cache, 2));
+    OK(ortmem_graph_signature_add_slot(sig, fx.cache, 2));
+    char reason[256];
+    ortmem_graph_verdict v;
+    OK(ortmem_graph_signature_check(sig, reason, sizeof reason, &v));
+    cr_assert_eq(v, ORTMEM_GRAPH_KEEP, "%s", reason);
+    OK(ortmem_residency_evict(fx.cache, 2));
+    (void)cache_stats();                           /* lets a pending decommit finish */
+    OK(ortmem_residency_acquire(fx.cache, 0, &p)); /* polls retirements */
+    OK(ortmem_residency_release(fx.cache, 0));
+    OK(ortmem_graph_signature_check(sig, reason, sizeof reason, &v));
+    cr_assert_eq(v, ORTMEM_GRAPH_INVALIDATE, "%s", reason);
+    cr_assert(strstr(reason, "slot of tensor 'blk.0.ffn_up.weight'"), "%s", reason);
+    cr_assert(strstr(reason, "evicted"), "%s", reason);
+    OK(ortmem_residency_acquire(fx.cache, 2, &p));
+    OK(ortmem_residency_release(fx.cache, 2));
+    OK(ortmem_graph_signature_check(sig, reason, sizeof reason, &v));
+    cr_assert_eq(v, ORTMEM_GRAPH_KEEP, "paged in again at the same VA: %s", reason);
+    cr_assert(strstr(reason, "remapped"), "%s", reason);
+    OK(ortmem_residency_pin(fx.cache, 2));
+    EXPECT_STATUS(ortmem_residency_evict(fx.cache, 2), ORTMEM_E_BUSY);
+    OK(ortmem_residency_unpin(fx.cache, 2));
+    OK(ortmem_graph_signature_destroy(sig));
+    destroy_all();
+}

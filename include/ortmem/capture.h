@@ -16,6 +16,7 @@
 #include <ortmem/core.h>
 #include <ortmem/gate.h>
 #include <ortmem/kv.h>
+#include <ortmem/offload.h>
 #include <ortmem/vmm.h>
 
 #ifdef __cplusplus
@@ -46,6 +47,16 @@ ORTMEM_API ortmem_status ortmem_graph_signature_destroy(ortmem_graph_signature *
 ORTMEM_API ortmem_status ortmem_graph_signature_add_range(ortmem_graph_signature *signature,
                                                           ortmem_region *region, size_t offset,
                                                           size_t len);
+
+/* Records that the graph reads tensor's residency slot: its range, as
+ * add_range, named in the check's reason ("slot of tensor 'NAME': ... unmapped
+ * (evicted since capture)"). ORTMEM_E_STATE when the tensor is not resident
+ * now. A slot paged in again at the same VA keeps the graph (remapped); an
+ * engine that must not re-capture pins the tensor for the graph's life
+ * (ortmem_residency_pin). */
+ORTMEM_API ortmem_status ortmem_graph_signature_add_slot(ortmem_graph_signature *signature,
+                                                         ortmem_residency_cache *cache,
+                                                         uint32_t tensor);
 
 /* Records that the graph holds the pointers of binding (layer, value: 0 = K,
  * 1 = V) of seq: its base, strides, capacity and generation, as the engine

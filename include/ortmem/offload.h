@@ -313,6 +313,13 @@ ORTMEM_API ortmem_status ortmem_residency_evict(ortmem_residency_cache *cache, u
 
 /* The tensor's own slot: the same pointer for the cache's whole life,
  * resident or not. */
+/* The region a tensor's slot lies in, the slot's offset and bytes (granule-
+ * rounded) and the tensor's name (name may be NULL; it lives as long as the
+ * catalog): what a graph signature records for a captured graph that reads
+ * the slot (ortmem_graph_signature_add_slot in capture.h). */
+ORTMEM_API ortmem_status ortmem_residency_slot_range(ortmem_residency_cache *cache, uint32_t tensor,
+                                                     ortmem_region **region, size_t *offset,
+                                                     size_t *len, const char **name);
 ORTMEM_API ortmem_status ortmem_residency_slot(ortmem_residency_cache *cache, uint32_t tensor,
                                                void **device_ptr);
 

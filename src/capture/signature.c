@@ -25,6 +25,7 @@
 
 typedef struct om_sig_range {
     ortmem_region *region;
+    char slot[80]; /* "slot of tensor 'NAME'" for a residency slot, else "" */
     size_t offset, len;
     uint64_t region_id;
     uintptr_t base; /* the region's base at capture */
@@ -121,10 +122,9 @@ static void *grow(void *array, size_t *cap, size_t count, size_t size)
     return fresh;
 }
 
-ortmem_status ortmem_graph_signature_add_range(ortmem_graph_signature *s, ortmem_region *region,
-                                               size_t offset, size_t len)
+static ortmem_status add_range(ortmem_graph_signature *s, ortmem_region *region, size_t offset,
+                               size_t len, const char *slot)
 {
-    om_error_clear();
     ortmem_range_state rs = {.struct_size = sizeof rs};
     ortmem_status st = ortmem_region_range_state(region, offset, len, &rs);
     if (st != ORTMEM_OK)
@@ -145,11 +145,39 @@ ortmem_status ortmem_graph_signature_add_range(ortmem_graph_signature *s, ortmem
         st = OM_ERR(ORTMEM_E_NOMEM, "graph signature add range: %zu entries", s->range_count + 1);
     } else {
         s->ranges = ranges;
-        s->ranges[s->range_count++] =
-            (om_sig_range){region, offset, len, rs.region_id, base, rs.granules, rs.epoch_sum};
+        om_sig_range *e = &s->ranges[s->range_count++];
+        *e = (om_sig_range){region, "", offset, len, rs.region_id, base, rs.granules, rs.epoch_sum};
+        if (slot)
+            snprintf(e->slot, sizeof e->slot, "slot of tensor '%s'", slot);
     }
     unpin_sig(s);
     return st;
+}
+
+ortmem_status ortmem_graph_signature_add_range(ortmem_graph_signature *s, ortmem_region *region,
+                                               size_t offset, size_t len)
+{
+    om_error_clear();
+    return add_range(s, region, offset, len, NULL);
+}
+
+ortmem_status ortmem_graph_signature_add_slot(ortmem_graph_signature *s,
+                                              ortmem_residency_cache *cache, uint32_t tensor)
+{
+    om_error_clear();
+    ortmem_region *region = NULL;
+    size_t offset = 0, len = 0;
+    const char *name = NULL;
+    ortmem_status st = ortmem_residency_slot_range(cache, tensor, &region, &offset, &len, &name);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st, "graph signature add slot");
+    st = add_range(s, region, offset, len, name);
+    if (st != ORTMEM_OK)
+        return om_error_wrap(st,
+                             "graph signature add slot of tensor '%s' (not resident: acquire or "
+                             "pin it before capturing)",
+                             name);
+    return ORTMEM_OK;
 }
 
 ortmem_status ortmem_graph_signature_add_binding(ortmem_graph_signature *s, ortmem_kv_seq *seq,
@@ -248,9 +276,9 @@ static void check_range(om_judgement *j, const om_sig_range *e)
             ortmem_region_granule_info(e->region, rs.first_unmapped_offset, &info) == ORTMEM_OK &&
             info.state == ORTMEM_GRANULE_QUARANTINED;
         invalidate(j,
-                   "region r%" PRIu64 " granule at offset %zu is %s (%" PRIu64 " of %" PRIu64
+                   "%s%sregion r%" PRIu64 " granule at offset %zu is %s (%" PRIu64 " of %" PRIu64
                    " granules of [%zu, +%zu) not mapped)",
-                   e->region_id, rs.first_unmapped_offset,
+                   e->slot, e->slot[0] ? ": " : "", e->region_id, rs.first_unmapped_offset,
                    quarantined ? "quarantined after a failed backend call"
                                : "unmapped (evicted since capture)",
                    rs.unmapped_granules, rs.granules, e->offset, e->len);

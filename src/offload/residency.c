@@ -414,6 +414,25 @@ ortmem_status ortmem_residency_evict(ortmem_residency_cache *c, uint32_t t)
     return st;
 }
 
+ortmem_status ortmem_residency_slot_range(ortmem_residency_cache *c, uint32_t t,
+                                          ortmem_region **region, size_t *offset, size_t *len,
+                                          const char **name)
+{
+    om_error_clear();
+    if (!region || !offset || !len)
+        return OM_ERR(ORTMEM_E_INVALID, "residency slot range: region %p, offset %p, len %p",
+                      (void *)region, (void *)offset, (void *)len);
+    ortmem_status st = om_enter(c, t, "residency slot range");
+    if (st != ORTMEM_OK)
+        return st;
+    *region = om_slots_region(c->slots, t, offset);
+    *len = (size_t)om_slots_bytes(c->slots, t);
+    if (name)
+        *name = om_catalog_name(c->catalog, t);
+    pthread_mutex_unlock(&c->lock);
+    return ORTMEM_OK;
+}
+
 ortmem_status ortmem_residency_slot(ortmem_residency_cache *c, uint32_t t, void **ptr)
 {
     om_error_clear();

@@ -74,6 +74,12 @@ ortmem_status om_slots_create(ortmem_authority *authority, const ortmem_account 
     return ORTMEM_OK;
 }
 
+ortmem_region *om_slots_region(const om_slots *s, uint32_t i, size_t *offset)
+{
+    *offset = s->slot[i].offset;
+    return s->region;
+}
+
 void *om_slots_ptr(const om_slots *s, uint32_t i)
 {
     return (char *)ortmem_region_base(s->region) + s->slot[i].offset;

@@ -26,6 +26,8 @@ ortmem_status om_slots_create(ortmem_authority *authority, const ortmem_account 
 ortmem_status om_slots_destroy(om_slots *s);
 
 void *om_slots_ptr(const om_slots *s, uint32_t slot);
+/* The region every slot lies in, and slot's offset in it. */
+ortmem_region *om_slots_region(const om_slots *s, uint32_t slot, size_t *offset);
 uint64_t om_slots_bytes(const om_slots *s, uint32_t slot); /* granule-rounded */
 om_slot_state om_slots_state(const om_slots *s, uint32_t slot);
 size_t om_slots_granule(const om_slots *s);
