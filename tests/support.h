@@ -50,6 +50,23 @@ static inline ortmem_vmm_stats stats_of(ortmem_backend *b)
     return s;
 }
 
+static inline ortmem_arena_stats arena_stats(ortmem_arena *a)
+{
+    ortmem_arena_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    OK(ortmem_arena_stats_get(a, &s));
+    return s;
+}
+
+static inline void *alloc_ok(ortmem_arena *a, size_t size, size_t align)
+{
+    void *p = NULL;
+    OK(ortmem_arena_alloc(a, size, align, &p));
+    cr_assert_not_null(p);
+    return p;
+}
+
 static inline ortmem_region *region_on(ortmem_backend *b, size_t size, unsigned flags)
 {
     ortmem_region_options opt = ORTMEM_REGION_OPTIONS_INIT;

@@ -26,23 +26,6 @@ static ortmem_arena *arena_on(ortmem_backend *backend, size_t capacity, size_t c
     return a;
 }
 
-static ortmem_arena_stats arena_stats(ortmem_arena *a)
-{
-    ortmem_arena_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    OK(ortmem_arena_stats_get(a, &s));
-    return s;
-}
-
-static void *alloc_ok(ortmem_arena *a, size_t size, size_t align)
-{
-    void *p = NULL;
-    OK(ortmem_arena_alloc(a, size, align, &p));
-    cr_assert_not_null(p);
-    return p;
-}
-
 static size_t offset_in(ortmem_arena *a, const void *p)
 {
     return (size_t)((const uint8_t *)p -

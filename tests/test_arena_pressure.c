@@ -28,22 +28,6 @@ static ortmem_arena *arena_with(ortmem_backend *b, size_t capacity, size_t cache
     return a;
 }
 
-static ortmem_arena_stats arena_stats(ortmem_arena *a)
-{
-    ortmem_arena_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    OK(ortmem_arena_stats_get(a, &s));
-    return s;
-}
-
-static void *alloc_ok(ortmem_arena *a, size_t size, size_t align)
-{
-    void *p = NULL;
-    OK(ortmem_arena_alloc(a, size, align, &p));
-    return p;
-}
-
 static ortmem_granule_state state_at(ortmem_arena *a, size_t offset)
 {
     return granule_info(ortmem_arena_region(a), offset).state;
