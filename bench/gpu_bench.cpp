@@ -650,21 +650,6 @@ void register_commit_benchmarks()
 
 // ---- Scenario b: KV growth ------------------------------------------------------
 
-struct AuthorityDeleter {
-    void operator()(ortmem_authority *authority) const
-    {
-        (void)ortmem_authority_destroy(authority);
-    }
-};
-struct KvCacheDeleter {
-    void operator()(ortmem_kv_cache *cache) const
-    {
-        (void)ortmem_kv_cache_destroy(cache);
-    }
-};
-using AuthorityPtr = std::unique_ptr<ortmem_authority, AuthorityDeleter>;
-using KvCachePtr = std::unique_ptr<ortmem_kv_cache, KvCacheDeleter>;
-
 constexpr const char *kKvPreset = "qwen2.5-7b"; // 28 layers, 4 KV heads, head_dim 128, fp16
 constexpr uint64_t kKvFirstTokens = 1024;       // grown from 1K ...
 constexpr uint64_t kKvMaxTokens = 131072;       // ... to 128K

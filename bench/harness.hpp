@@ -42,6 +42,20 @@ struct ArenaDeleter {
 using BackendPtr = std::unique_ptr<ortmem_backend, BackendDeleter>;
 using RegionPtr = std::unique_ptr<ortmem_region, RegionDeleter>;
 using ArenaPtr = std::unique_ptr<ortmem_arena, ArenaDeleter>;
+struct AuthorityDeleter {
+    void operator()(ortmem_authority *authority) const
+    {
+        (void)ortmem_authority_destroy(authority);
+    }
+};
+struct KvCacheDeleter {
+    void operator()(ortmem_kv_cache *cache) const
+    {
+        (void)ortmem_kv_cache_destroy(cache);
+    }
+};
+using AuthorityPtr = std::unique_ptr<ortmem_authority, AuthorityDeleter>;
+using KvCachePtr = std::unique_ptr<ortmem_kv_cache, KvCacheDeleter>;
 
 // Writes one byte every kTouchStride bytes, so every page is faulted in the
 // way a kernel writing its output would fault it.
@@ -83,6 +97,8 @@ void report_page_faults(benchmark::State &state, uint64_t before);
 void register_granule_benchmarks();
 void register_arena_benchmarks();
 void register_governance_benchmarks();
+// bench/kv_bench.cpp: stable KV growth over extents against one extent per granule.
+void register_kv_cpu_benchmarks();
 
 // Handle of libjemalloc.so.2 opened RTLD_LOCAL | RTLD_DEEPBIND, or NULL with
 // the reason in jemalloc_missing_reason(). Opened once, at start-up.

@@ -21,21 +21,6 @@ constexpr const char *kKvPreset = "qwen2.5-0.5b"; // 24 layers, 2 KV heads, head
 constexpr uint64_t kKvMaxTokens = 32768;
 constexpr uint64_t kKvAppendTokens = 1024;
 
-struct AuthorityDeleter {
-    void operator()(ortmem_authority *authority) const
-    {
-        (void)ortmem_authority_destroy(authority);
-    }
-};
-struct KvCacheDeleter {
-    void operator()(ortmem_kv_cache *cache) const
-    {
-        (void)ortmem_kv_cache_destroy(cache);
-    }
-};
-using AuthorityPtr = std::unique_ptr<ortmem_authority, AuthorityDeleter>;
-using KvCachePtr = std::unique_ptr<ortmem_kv_cache, KvCacheDeleter>;
-
 struct KvGrowthVariant {
     ortmem_kv_layout layout;
     ortmem_extent_growth growth;

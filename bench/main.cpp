@@ -15,12 +15,6 @@
 
 namespace ortmem_bench
 {
-// bench/kv_bench.cpp: stable KV growth over extents against one extent per granule.
-void register_kv_cpu_benchmarks();
-} // namespace ortmem_bench
-
-namespace ortmem_bench
-{
 
 namespace
 {
