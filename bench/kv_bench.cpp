@@ -72,6 +72,9 @@ void kv_growth_cpu(benchmark::State &state, KvGrowthVariant variant)
         return;
     AuthorityPtr authority(raw_authority);
     ortmem_kv_cache_options options = ORTMEM_KV_CACHE_OPTIONS_INIT;
+    // Growth from cold: a finished sequence's range must not stay warm for
+    // the next iteration's (that would measure warm reuse, not growth).
+    options.warm_max_bytes = 0;
     if (!ok_or_skip(state, ortmem_kv_preset(kKvPreset, &options.geometry), "ortmem_kv_preset"))
         return;
     options.geometry.layout = variant.layout;
