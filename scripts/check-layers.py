@@ -14,7 +14,10 @@ The rule (docs/memory/ARCHITECTURE.md, section Layers):
   backends  src/vmm/backends/ is vmm, but includes public headers and core
             internals only: never vmm's private headers, and nothing
             includes a file of src/vmm/backends/;
-  tools     tools/ include public headers and their own files, never src/;
+  engine    engine/ (the reference decode engine) includes public headers and
+            its own files (quoted, from engine/), never src/ nor tools/;
+  tools     tools/ include public headers, their own files and engine/'s,
+            never src/;
   known     every src/ folder, public header and quoted include is in the
             tables below: a new one must be placed in the order first.
 
@@ -112,10 +115,11 @@ class Checker:
 
     def resolve_quoted(self, including_rel, target):
         """Where a quoted include lands, as the compiler searches: the including
-        file's folder, then src/ and include/ (the library's -I), then tools/."""
+        file's folder, then src/ and include/ (the library's -I), then tools/
+        and engine/."""
         here = os.path.dirname(os.path.join(self.root, including_rel))
         for base in (here, os.path.join(self.root, "src"), os.path.join(self.root, "include"),
-                     os.path.join(self.root, "tools")):
+                     os.path.join(self.root, "tools"), os.path.join(self.root, "engine")):
             candidate = os.path.normpath(os.path.join(base, target))
             if os.path.isfile(candidate):
                 return self.rel(candidate)
@@ -146,6 +150,8 @@ class Checker:
             return "public-quoted", what
         if landed.startswith("tools/"):
             return "tools-own", what
+        if landed.startswith("engine/"):
+            return "engine-own", what
         return "unknown", what
 
     def check_file(self, path):
@@ -156,6 +162,9 @@ class Checker:
             return
         if rel.startswith("tools/"):
             self.check_tool(rel, path)
+            return
+        if rel.startswith("engine/"):
+            self.check_engine(rel, path)
             return
         layer = self.src_layer(rel)
         if layer is None:
@@ -216,8 +225,8 @@ class Checker:
         for line, kind, target in includes(path):
             self.checked += 1
             to, what = self.describe_target(rel, kind, target)
-            if to is None or to == "tools-own" or (kind == "<" and to != "unknown"):
-                continue  # a system header, the tool's own file, a public header
+            if to is None or to in ("tools-own", "engine-own") or (kind == "<" and to != "unknown"):
+                continue  # a system header, the tool's own file, the engine's, a public header
             if to == "unknown":
                 self.report(rel, line, "rule 'known': %s is in no layer" % what)
             elif to == "public-quoted":
@@ -227,8 +236,23 @@ class Checker:
                 self.report(rel, line, "rule 'tools': %s includes %s from the library's "
                             "sources; tools see the public headers only" % (rel, what))
 
+    def check_engine(self, rel, path):
+        for line, kind, target in includes(path):
+            self.checked += 1
+            to, what = self.describe_target(rel, kind, target)
+            if to is None or to == "engine-own" or (kind == "<" and to != "unknown"):
+                continue  # a system header, the engine's own file, a public header
+            if to == "unknown":
+                self.report(rel, line, "rule 'known': %s is in no layer" % what)
+            elif to == "public-quoted":
+                self.report(rel, line, "rule 'public': %s names a public header with quotes; "
+                            "use <ortmem/...>" % what)
+            else:
+                self.report(rel, line, "rule 'engine': %s includes %s; the engine sees the "
+                            "public headers and its own files only" % (rel, what))
+
     def run(self):
-        for top in ("src", "include/ortmem", "tools"):
+        for top in ("src", "include/ortmem", "engine", "tools"):
             base = os.path.join(self.root, top)
             if not os.path.isdir(base):
                 continue

