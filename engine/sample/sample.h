@@ -32,7 +32,7 @@ ortmem_status eng_sampler_create(const eng_sample_params *params, size_t vocab, 
                                  eng_error *err);
 void eng_sampler_destroy(eng_sampler *sampler);
 /* Picks a token from logits (vocab floats, not changed) given the history
- * (the ids so far, oldest first); records it in the sampler's history too. */
+ * (the ids so far, oldest first). */
 ortmem_status eng_sample(eng_sampler *sampler, const float *logits, const int32_t *history,
                          size_t history_len, int32_t *token, eng_error *err);
 
