@@ -18,16 +18,17 @@
 //                        per granule
 //   gpu_arena_trace      the arena_mixed_trace trace through the arena on the
 //                        device vs cuMemAlloc/cuMemFree per allocation
+//   gpu_offload_*        weight offload (gpu_offload_bench.cpp)
 //
 // The raw baselines open libcuda.so.1 with dlopen and resolve every entry point
 // through cuGetProcAddress, as src/vmm/backends/cuda.c does, so the binary
 // builds and starts without a driver; every scenario then skips with the
 // reason. cuda.h supplies the types only.
 #include "activation_trace.hpp"
+#include "gpu_driver.hpp"
 #include "harness.hpp"
 
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,218 +47,6 @@ namespace ortmem_bench
 
 namespace
 {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start)
-{
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-constexpr size_t GiB = 1024 * MiB;
-
-// ---- The raw driver -----------------------------------------------------------
-
-// The ABI every entry point is resolved for: the CUDA 12.0 versions, which
-// every 12.x and 13.x driver provides (what src/vmm/backends/cuda.c asks for).
-// The signatures are written out, not taken from cuda.h's declarations, which
-// may name newer versions.
-constexpr int kCudaAbiVersion = 12000;
-
-#define GPU_ENTRY_POINTS(X)                                                                        \
-    X(cuGetErrorName, (CUresult, const char **))                                                   \
-    X(cuInit, (unsigned int))                                                                      \
-    X(cuDriverGetVersion, (int *))                                                                 \
-    X(cuDeviceGetCount, (int *))                                                                   \
-    X(cuDeviceGet, (CUdevice *, int))                                                              \
-    X(cuDeviceGetName, (char *, int, CUdevice))                                                    \
-    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                           \
-    X(cuCtxSetCurrent, (CUcontext))                                                                \
-    X(cuCtxSynchronize, (void))                                                                    \
-    X(cuMemGetInfo, (size_t *, size_t *))                                                          \
-    X(cuMemGetAllocationGranularity,                                                               \
-      (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                   \
-    X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))       \
-    X(cuMemAddressFree, (CUdeviceptr, size_t))                                                     \
-    X(cuMemCreate,                                                                                 \
-      (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))   \
-    X(cuMemRelease, (CUmemGenericAllocationHandle))                                                \
-    X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))   \
-    X(cuMemUnmap, (CUdeviceptr, size_t))                                                           \
-    X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                      \
-    X(cuMemAlloc, (CUdeviceptr *, size_t))                                                         \
-    X(cuMemFree, (CUdeviceptr))
-
-// Fields are p_<base name>: cuda.h #defines several base names to versioned
-// symbols (cuMemAlloc -> cuMemAlloc_v2); the prefix keeps the macros away.
-struct Driver {
-#define GPU_FIELD(name, params) CUresult(CUDAAPI *p_##name) params = nullptr;
-    GPU_ENTRY_POINTS(GPU_FIELD)
-#undef GPU_FIELD
-};
-
-// The device every scenario runs on, opened once at start-up. Its primary
-// context is retained for the whole process and kept current on the main
-// thread (where Google Benchmark runs single-threaded benchmarks), so neither
-// the raw baselines nor ortmem's context binding pay for a context switch, and
-// the context is never torn down between benchmarks.
-struct Gpu {
-    bool ready = false;
-    std::string unavailable; // why not ready
-    Driver d;
-    int ordinal = 0;
-    CUdevice device = 0;
-    CUcontext ctx = nullptr;
-    std::string name;
-    int driver_version = 0;
-    size_t granule = 0; // the driver's recommended granularity (pinned, device)
-    size_t free_bytes = 0, total_bytes = 0;
-};
-
-Gpu g_gpu;
-
-#define DRV(name) (g_gpu.d.p_##name)
-
-std::string cu_error_name(CUresult r)
-{
-    const char *name = nullptr;
-    if (DRV(cuGetErrorName))
-        (void)DRV(cuGetErrorName)(r, &name);
-    return std::string(name ? name : "CUDA_ERROR_UNKNOWN_CODE") + " (CUresult " +
-           std::to_string(static_cast<int>(r)) + ")";
-}
-
-// Fills g_gpu, or leaves ready false with the reason.
-void open_gpu()
-{
-    Gpu &gpu = g_gpu;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        const char *why = dlerror();
-        gpu.unavailable = std::string("dlopen(\"libcuda.so.1\") failed: ") +
-                          (why ? why : "no reason given") + " (no NVIDIA driver on this machine)";
-        return;
-    }
-    void *sym = dlsym(lib, "cuGetProcAddress_v2");
-    if (!sym) {
-        gpu.unavailable = "libcuda.so.1 has no cuGetProcAddress_v2 (a driver older than CUDA 12.0)";
-        return;
-    }
-    auto get_proc_address = reinterpret_cast<ortmem_cuda_get_proc_address_fn>(sym);
-    struct Entry {
-        const char *name;
-        void *slot; // a function pointer field of gpu.d
-    };
-    const Entry entries[] = {
-#define GPU_ENTRY(name, params) {#name, &gpu.d.p_##name},
-        GPU_ENTRY_POINTS(GPU_ENTRY)
-#undef GPU_ENTRY
-    };
-    static_assert(sizeof(void *) == sizeof(gpu.d.p_cuInit), "POSIX: one pointer size");
-    for (const Entry &entry : entries) {
-        void *fn = nullptr;
-        int symbol_status = 0;
-        int r = get_proc_address(entry.name, &fn, kCudaAbiVersion, CU_GET_PROC_ADDRESS_DEFAULT,
-                                 &symbol_status);
-        // Each field has the entry's own function pointer type.
-        std::memcpy(entry.slot, &fn, sizeof fn);
-        if (r != CUDA_SUCCESS || !fn) {
-            gpu.unavailable = std::string("cuGetProcAddress(\"") + entry.name + "\", " +
-                              std::to_string(kCudaAbiVersion) + ") failed: CUresult " +
-                              std::to_string(r) + ", symbolStatus " + std::to_string(symbol_status);
-            return;
-        }
-    }
-    CUresult r = DRV(cuInit)(0);
-    if (r != CUDA_SUCCESS) {
-        gpu.unavailable = "cuInit(0) -> " + cu_error_name(r);
-        return;
-    }
-    (void)DRV(cuDriverGetVersion)(&gpu.driver_version);
-    int count = 0;
-    r = DRV(cuDeviceGetCount)(&count);
-    if (r != CUDA_SUCCESS || count == 0) {
-        gpu.unavailable = r != CUDA_SUCCESS ? "cuDeviceGetCount -> " + cu_error_name(r)
-                                            : std::string("the driver reports no CUDA device");
-        return;
-    }
-    if ((r = DRV(cuDeviceGet)(&gpu.device, gpu.ordinal)) != CUDA_SUCCESS) {
-        gpu.unavailable = "cuDeviceGet(" + std::to_string(gpu.ordinal) + ") -> " + cu_error_name(r);
-        return;
-    }
-    char name[256] = "";
-    if (DRV(cuDeviceGetName)(name, static_cast<int>(sizeof name), gpu.device) == CUDA_SUCCESS)
-        gpu.name = name;
-    if ((r = DRV(cuDevicePrimaryCtxRetain)(&gpu.ctx, gpu.device)) != CUDA_SUCCESS ||
-        (r = DRV(cuCtxSetCurrent)(gpu.ctx)) != CUDA_SUCCESS) {
-        gpu.unavailable =
-            "primary context of device " + std::to_string(gpu.ordinal) + " -> " + cu_error_name(r);
-        return;
-    }
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = gpu.ordinal;
-    r = DRV(cuMemGetAllocationGranularity)(&gpu.granule, &prop,
-                                           CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-    if (r != CUDA_SUCCESS || gpu.granule == 0) {
-        gpu.unavailable = "cuMemGetAllocationGranularity(RECOMMENDED) -> " + cu_error_name(r);
-        return;
-    }
-    (void)DRV(cuMemGetInfo)(&gpu.free_bytes, &gpu.total_bytes);
-    gpu.ready = true;
-}
-
-bool cu_ok(benchmark::State &state, CUresult r, const char *call)
-{
-    if (r == CUDA_SUCCESS)
-        return true;
-    state.SkipWithError((std::string(call) + " -> " + cu_error_name(r)).c_str());
-    return false;
-}
-
-// Every benchmark starts here: skipped with the reason where there is no GPU.
-bool gpu_or_skip(benchmark::State &state)
-{
-    if (!g_gpu.ready) {
-        state.SkipWithError(("GPU unavailable: " + g_gpu.unavailable).c_str());
-        return false;
-    }
-    return cu_ok(state, DRV(cuCtxSetCurrent)(g_gpu.ctx), "cuCtxSetCurrent(primary context)");
-}
-
-CUmemAllocationProp device_prop()
-{
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = g_gpu.ordinal;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    return prop;
-}
-
-CUmemAccessDesc read_write_access()
-{
-    CUmemAccessDesc desc{};
-    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    desc.location.id = g_gpu.ordinal;
-    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return desc;
-}
-
-// The CUDA backend on the benchmark device, default options (recommended
-// granularity, granules exportable only on request, as the raw baselines).
-bool create_backend(benchmark::State &state, BackendPtr &backend)
-{
-    ortmem_cuda_options options = ORTMEM_CUDA_OPTIONS_INIT;
-    options.ordinal = g_gpu.ordinal;
-    ortmem_backend *raw = nullptr;
-    if (!ok_or_skip(state, ortmem_cuda_backend_create(&options, &raw),
-                    "ortmem_cuda_backend_create"))
-        return false;
-    backend.reset(raw);
-    return true;
-}
 
 // Device memory in use by anyone, from cuMemGetInfo, relative to a start
 // point; its peak says what an allocator really took from the device.
@@ -526,21 +315,30 @@ void raw_one_handle_cycle(benchmark::State &state, size_t granules)
     const CUmemAllocationProp prop = device_prop();
     const CUmemAccessDesc access = read_write_access();
     double commit_s = 0, decommit_s = 0;
-    // One cycle; times it into commit_s and decommit_s when timed.
+    // Each call's own time too: a 1 GiB handle's cost, call by call.
+    double phase_s[5] = {0, 0, 0, 0, 0}; // create, map, set-access, unmap, release
+    // One cycle; times it into commit_s, decommit_s and phase_s when timed.
     auto cycle = [&](bool timed) {
         CUmemGenericAllocationHandle handle = 0;
-        Clock::time_point t0 = Clock::now();
+        Clock::time_point t[6];
+        t[0] = Clock::now();
         bool done = cu_ok(state, DRV(cuMemCreate)(&handle, bytes, &prop, 0), "cuMemCreate");
+        t[1] = Clock::now();
         bool mapped = done && cu_ok(state, DRV(cuMemMap)(va, bytes, 0, handle, 0), "cuMemMap");
+        t[2] = Clock::now();
         done = mapped && cu_ok(state, DRV(cuMemSetAccess)(va, bytes, &access, 1), "cuMemSetAccess");
-        Clock::time_point t1 = Clock::now();
+        t[3] = Clock::now();
         if (mapped)
             done = cu_ok(state, DRV(cuMemUnmap)(va, bytes), "cuMemUnmap") && done;
+        t[4] = Clock::now();
         if (handle)
             done = cu_ok(state, DRV(cuMemRelease)(handle), "cuMemRelease") && done;
+        t[5] = Clock::now();
         if (done && timed) {
-            commit_s += std::chrono::duration<double>(t1 - t0).count();
-            decommit_s += seconds_since(t1);
+            commit_s += std::chrono::duration<double>(t[3] - t[0]).count();
+            decommit_s += std::chrono::duration<double>(t[5] - t[3]).count();
+            for (int i = 0; i < 5; i++)
+                phase_s[i] += std::chrono::duration<double>(t[i + 1] - t[i]).count();
         }
         return done;
     };
@@ -562,6 +360,9 @@ void raw_one_handle_cycle(benchmark::State &state, size_t granules)
     for (const char *calls :
          {"create_calls", "map_calls", "set_access_calls", "unmap_calls", "release_calls"})
         state.counters[calls] = 1;
+    const char *phases[5] = {"create_us", "map_us", "set_access_us", "unmap_us", "release_us"};
+    for (int i = 0; i < 5; i++)
+        state.counters[phases[i]] = phase_s[i] * 1e6 / static_cast<double>(state.iterations());
 }
 
 constexpr size_t kRunGranules = 64;
@@ -1242,6 +1043,7 @@ int main(int argc, char **argv)
     register_commit_benchmarks();
     register_kv_benchmarks();
     register_trace_benchmarks();
+    register_offload_benchmarks();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;
