@@ -109,6 +109,10 @@ OFFLOAD_COLUMNS = [
 ]
 COLUMNS = {"gpu_granule_commit": COMMIT_COLUMNS, "gpu_run64_commit": COMMIT_COLUMNS,
            "gpu_extent_1gib": COMMIT_COLUMNS + [("commit_us_per_2mib", "commit µs/2 MiB"),
+                                                ("driver_commit_us_per_granule",
+                                                 "in the driver µs/granule"),
+                                                ("own_commit_us_per_granule",
+                                                 "ortmem's own µs/granule"),
                                                 ("create_us", "1 handle: create µs"),
                                                 ("map_us", "map µs"),
                                                 ("set_access_us", "set-access µs"),
