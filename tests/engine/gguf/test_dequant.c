@@ -188,18 +188,23 @@ Test(dequant_known, blocks_by_hand)
     cr_assert_eq(out[1], -16.0f); /* 0 - 16 */
     cr_assert_eq(out[16], 0.0f);  /* bit 16 */
     cr_assert_eq(out[31], 0.0f);  /* bit 31 */
-    /* Q6_K, d = 1, every scale 2, quants 0 (i.e. -32) except ql[0] low = 1 and
-     * qh[0] bits 2..3 = 3 (value 32 + 0 + 48 = 48 -> 16). */
+    /* Q6_K, d = 1, every scale 2, quants 0 (i.e. -32) except: ql[0] = 0x21
+     * (value 0 takes its low nibble 1, value 64 its high nibble 2), ql[32] =
+     * 0x50 (value 32 takes its low nibble 0) and qh[0] bits 2..3 = 3 (value
+     * 32 gets 48). */
     uint8_t q6_k[210] = {0};
-    q6_k[0] = 0x01;
+    q6_k[0] = 0x21;
+    q6_k[32] = 0x50;
     q6_k[128] = 0x0c;
     for (int s = 0; s < 16; s++)
         q6_k[192 + s] = 2;
     q6_k[208] = 0x00;
     q6_k[209] = 0x3c;
     cr_assert_eq(eng_dequantize(ENG_TYPE_Q6_K, q6_k, out, 256, &err), ORTMEM_OK);
-    cr_assert_eq(out[0], -62.0f); /* 2 * (1 - 32) */
-    cr_assert_eq(out[32], 32.0f); /* 2 * (48 - 32) */
+    cr_assert_eq(out[0], -62.0f);  /* 2 * (1 - 32) */
+    cr_assert_eq(out[32], 32.0f);  /* 2 * (48 - 32) */
+    cr_assert_eq(out[64], -60.0f); /* 2 * (2 - 32) */
+    cr_assert_eq(out[96], -54.0f); /* 2 * (5 - 32) */
     cr_assert_eq(out[1], -64.0f);
     cr_assert_eq(out[255], -64.0f);
 }
