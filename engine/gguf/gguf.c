@@ -404,11 +404,12 @@ static ortmem_status place_tensors(eng_gguf *g, eng_error *err)
     for (uint64_t i = 0; i < g->tensor_count; i++) {
         eng_gguf_tensor *t = &g->tensors[i];
         if (t->offset > data_bytes || t->bytes > data_bytes - t->offset)
-            return eng_fail(err, ORTMEM_E_IO,
-                            "tensor %llu '%.*s': bytes %llu..%llu of the data section run past "
-                            "its end (%llu bytes from file offset %llu; truncated?)",
-                            (ull)i, SHOWN(t->name), (ull)t->offset, (ull)(t->offset + t->bytes),
-                            (ull)data_bytes, (ull)g->data_start);
+            return eng_fail(
+                err, ORTMEM_E_IO,
+                "tensor %llu '%.*s': bytes %llu..%llu of the data section run past "
+                "its end (the data section holds %llu bytes from file offset %llu; truncated?)",
+                (ull)i, SHOWN(t->name), (ull)t->offset, (ull)(t->offset + t->bytes),
+                (ull)data_bytes, (ull)g->data_start);
         t->data = g->map + g->data_start + t->offset;
     }
     if (g->tensor_count < 2)
@@ -500,10 +501,11 @@ static ortmem_status parse(eng_gguf *g, eng_error *err)
                         "magic 0x%08x is not \"GGUF\" (0x%08x little-endian)", magic, 0x46554747u);
     if ((st = read_u32(&c, &g->version, "version")) != ORTMEM_OK)
         return st;
-    if (g->version != 2 && g->version != 3)
-        return eng_fail(err, ORTMEM_E_UNSUPPORTED,
-                        "version %u is not 2 or 3 (a big-endian file reads as 0x%08x here)",
-                        g->version, g->version);
+    if (g->version != 2 && g->version != 3) {
+        uint32_t swapped = __builtin_bswap32(g->version);
+        return eng_fail(err, ORTMEM_E_UNSUPPORTED, "version %u is not 2 or 3%s", g->version,
+                        swapped == 2 || swapped == 3 ? " (a big-endian file: not supported)" : "");
+    }
     if ((st = read_u64(&c, &g->tensor_count, "tensor_count")) != ORTMEM_OK ||
         (st = read_u64(&c, &g->kv_count, "kv_count")) != ORTMEM_OK)
         return st;
