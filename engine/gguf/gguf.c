@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,10 +29,14 @@ typedef struct kv_entry {
     eng_gguf_str *strings; /* arrays of strings: every element, indexed at open */
 } kv_entry;
 
-/* Open addressing over names; slots hold index + 1, 0 is empty. */
+/* Open addressing over the names of an array of entries (metadata or
+ * tensors): entry i's name is at entries + i * stride + name_offset. Slots
+ * hold index + 1; 0 is empty. */
 typedef struct name_index {
     size_t *slots;
     size_t mask;
+    const uint8_t *entries;
+    size_t stride, name_offset;
 } name_index;
 
 struct eng_gguf {
@@ -215,27 +220,53 @@ static bool str_same(eng_gguf_str a, const char *p, uint64_t len)
     return a.len == len && (len == 0 || memcmp(a.ptr, p, len) == 0);
 }
 
-static ortmem_status index_init(name_index *ix, uint64_t n, eng_error *err)
+static eng_gguf_str entry_name(const name_index *ix, size_t i)
+{
+    eng_gguf_str name;
+    memcpy(&name, ix->entries + i * ix->stride + ix->name_offset, sizeof name);
+    return name;
+}
+
+/* The slot holding the name p[0..len), or the empty slot where it would go. */
+static size_t index_slot(const name_index *ix, const char *p, uint64_t len)
+{
+    size_t slot = (size_t)hash_bytes(p, len) & ix->mask;
+    while (ix->slots[slot] && !str_same(entry_name(ix, ix->slots[slot] - 1), p, len))
+        slot = (slot + 1) & ix->mask;
+    return slot;
+}
+
+/* Indexes the n entries; a repeated name is an error naming both entries
+ * (what: "metadata entry", "tensor"). */
+static ortmem_status index_build(name_index *ix, const void *entries, size_t stride,
+                                 size_t name_offset, uint64_t n, const char *what, eng_error *err)
 {
     size_t cap = 16;
-    while (cap < n * 2)
+    while (cap < n * 2) /* n is bounded by the file size, so this cannot overflow */
         cap *= 2;
     ix->slots = calloc(cap, sizeof *ix->slots);
     if (!ix->slots)
         return eng_fail(err, ORTMEM_E_NOMEM, "name index of %zu slots", cap);
     ix->mask = cap - 1;
+    ix->entries = entries;
+    ix->stride = stride;
+    ix->name_offset = name_offset;
+    for (uint64_t i = 0; i < n; i++) {
+        eng_gguf_str name = entry_name(ix, i);
+        size_t slot = index_slot(ix, name.ptr, name.len);
+        if (ix->slots[slot])
+            return eng_fail(err, ORTMEM_E_INVALID, "%s %llu: name '%.*s' repeats %s %zu", what,
+                            (ull)i, SHOWN(name), what, ix->slots[slot] - 1);
+        ix->slots[slot] = (size_t)i + 1;
+    }
     return ORTMEM_OK;
 }
 
-/* Looks name up; names_at(i) is the name of entry i. Returns the slot where
- * it is or would go. */
-#define INDEX_FIND(ix, name_of, p, len, found_out)                                                 \
-    do {                                                                                           \
-        size_t slot_ = (size_t)hash_bytes((p), (len)) & (ix)->mask;                                \
-        while ((ix)->slots[slot_] && !str_same(name_of((ix)->slots[slot_] - 1), (p), (len)))       \
-            slot_ = (slot_ + 1) & (ix)->mask;                                                      \
-        (found_out) = slot_;                                                                       \
-    } while (0)
+/* Entry index + 1 of name, 0 when absent. */
+static size_t index_find(const name_index *ix, const char *name)
+{
+    return ix->slots[index_slot(ix, name, strlen(name))];
+}
 
 /* ---- Metadata ---- */
 
@@ -286,44 +317,10 @@ static ortmem_status read_kv(eng_gguf *g, cursor *c, uint64_t i, eng_error *err)
 #undef KV_FAIL
 }
 
-static eng_gguf_str kv_name_of(const eng_gguf *g, size_t i)
-{
-    return g->kvs[i].key;
-}
-
-static eng_gguf_str tensor_name_of(const eng_gguf *g, size_t i)
-{
-    return g->tensors[i].name;
-}
-
 static const kv_entry *find_kv(const eng_gguf *g, const char *key)
 {
-    size_t slot;
-    uint64_t len = strlen(key);
-#define KV_NAME(i) kv_name_of(g, (i))
-    INDEX_FIND(&g->kv_index, KV_NAME, key, len, slot);
-#undef KV_NAME
-    return g->kv_index.slots[slot] ? &g->kvs[g->kv_index.slots[slot] - 1] : NULL;
-}
-
-static ortmem_status index_kvs(eng_gguf *g, eng_error *err)
-{
-    ortmem_status st = index_init(&g->kv_index, g->kv_count, err);
-    if (st != ORTMEM_OK)
-        return st;
-    for (uint64_t i = 0; i < g->kv_count; i++) {
-        eng_gguf_str k = g->kvs[i].key;
-        size_t slot;
-#define KV_NAME(j) kv_name_of(g, (j))
-        INDEX_FIND(&g->kv_index, KV_NAME, k.ptr, k.len, slot);
-#undef KV_NAME
-        if (g->kv_index.slots[slot])
-            return eng_fail(err, ORTMEM_E_INVALID,
-                            "metadata entry %llu: key '%.*s' repeats entry %zu", (ull)i, SHOWN(k),
-                            g->kv_index.slots[slot] - 1);
-        g->kv_index.slots[slot] = (size_t)i + 1;
-    }
-    return ORTMEM_OK;
+    size_t found = index_find(&g->kv_index, key);
+    return found ? &g->kvs[found - 1] : NULL;
 }
 
 /* ---- Tensor infos ---- */
@@ -435,25 +432,6 @@ static ortmem_status place_tensors(eng_gguf *g, eng_error *err)
     return st;
 }
 
-static ortmem_status index_tensors(eng_gguf *g, eng_error *err)
-{
-    ortmem_status st = index_init(&g->tensor_index, g->tensor_count, err);
-    if (st != ORTMEM_OK)
-        return st;
-    for (uint64_t i = 0; i < g->tensor_count; i++) {
-        eng_gguf_str n = g->tensors[i].name;
-        size_t slot;
-#define T_NAME(j) tensor_name_of(g, (j))
-        INDEX_FIND(&g->tensor_index, T_NAME, n.ptr, n.len, slot);
-#undef T_NAME
-        if (g->tensor_index.slots[slot])
-            return eng_fail(err, ORTMEM_E_INVALID, "tensor %llu: name '%.*s' repeats tensor %zu",
-                            (ull)i, SHOWN(n), g->tensor_index.slots[slot] - 1);
-        g->tensor_index.slots[slot] = (size_t)i + 1;
-    }
-    return ORTMEM_OK;
-}
-
 /* ---- Open and close ---- */
 
 void eng_gguf_close(eng_gguf *g)
@@ -529,12 +507,16 @@ static ortmem_status parse(eng_gguf *g, eng_error *err)
     for (uint64_t i = 0; i < g->kv_count; i++)
         if ((st = read_kv(g, &c, i, err)) != ORTMEM_OK)
             return st;
-    if ((st = index_kvs(g, err)) != ORTMEM_OK || (st = read_alignment(g, err)) != ORTMEM_OK)
+    st = index_build(&g->kv_index, g->kvs, sizeof *g->kvs, offsetof(kv_entry, key), g->kv_count,
+                     "metadata entry", err);
+    if (st != ORTMEM_OK || (st = read_alignment(g, err)) != ORTMEM_OK)
         return st;
     for (uint64_t i = 0; i < g->tensor_count; i++)
         if ((st = read_tensor_info(g, &c, i, err)) != ORTMEM_OK)
             return st;
-    if ((st = index_tensors(g, err)) != ORTMEM_OK)
+    st = index_build(&g->tensor_index, g->tensors, sizeof *g->tensors,
+                     offsetof(eng_gguf_tensor, name), g->tensor_count, "tensor", err);
+    if (st != ORTMEM_OK)
         return st;
     uint64_t pad = (g->alignment - c.pos % g->alignment) % g->alignment;
     if (pad > left(&c) && g->tensor_count > 0)
@@ -894,15 +876,11 @@ const eng_gguf_tensor *eng_gguf_tensor_at(const eng_gguf *g, uint64_t i)
 ortmem_status eng_gguf_find_tensor(const eng_gguf *g, const char *name, const eng_gguf_tensor **out,
                                    eng_error *err)
 {
-    size_t slot;
-    uint64_t len = strlen(name);
-#define T_NAME(j) tensor_name_of(g, (j))
-    INDEX_FIND(&g->tensor_index, T_NAME, name, len, slot);
-#undef T_NAME
-    if (!g->tensor_index.slots[slot])
+    size_t found = index_find(&g->tensor_index, name);
+    if (!found)
         return eng_fail(err, ORTMEM_E_NOT_FOUND, "tensor '%s' is not in %s (%llu tensors)", name,
                         g->path, (ull)g->tensor_count);
-    *out = &g->tensors[g->tensor_index.slots[slot] - 1];
+    *out = &g->tensors[found - 1];
     return ORTMEM_OK;
 }
 
