@@ -23,6 +23,7 @@ inline double seconds_since(Clock::time_point start)
 }
 
 constexpr size_t GiB = 1024 * MiB;
+constexpr double kMicroMinTime = 0.2; // seconds per repetition of the short scenarios
 
 // The ABI every entry point is resolved for: the CUDA 12.0 versions, which
 // every 12.x and 13.x driver provides (what src/vmm/backends/cuda.c asks for).
@@ -102,9 +103,6 @@ CUmemAccessDesc read_write_access();
 // The CUDA backend on the benchmark device, default options (recommended
 // granularity, granules exportable only on request, as the raw baselines).
 bool create_backend(benchmark::State &state, BackendPtr &backend);
-
-// gpu_offload_* (gpu_offload_bench.cpp).
-void register_offload_benchmarks();
 
 } // namespace ortmem_bench
 

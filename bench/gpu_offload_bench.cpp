@@ -18,6 +18,7 @@
 //                        stall time the cache reports against the streamed
 //                        bytes over the bandwidth the raw copy measured
 #include "gpu_driver.hpp"
+#include "gpu_scenarios.hpp"
 #include "harness.hpp"
 
 #include <cuda.h>

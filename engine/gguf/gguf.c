@@ -664,8 +664,8 @@ static ortmem_status integer_of(const char *key, uint32_t kind, const uint8_t *p
 static ortmem_status unsigned_of(const char *key, uint32_t kind, const uint8_t *p, uint64_t max,
                                  uint64_t *out, const char *want, eng_error *err)
 {
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     ortmem_status st = integer_of(key, kind, p, &neg, &mag, err);
     if (st != ORTMEM_OK)
         return st;
@@ -679,8 +679,8 @@ static ortmem_status unsigned_of(const char *key, uint32_t kind, const uint8_t *
 static ortmem_status signed_of(const char *key, uint32_t kind, const uint8_t *p, int64_t *out,
                                eng_error *err)
 {
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     ortmem_status st = integer_of(key, kind, p, &neg, &mag, err);
     if (st != ORTMEM_OK)
         return st;
