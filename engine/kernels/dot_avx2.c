@@ -1,0 +1,263 @@
+/* AVX2 + FMA + F16C routines. This file alone is compiled with those
+ * extensions (meson.build), so the library still loads and runs on a CPU
+ * without them; matmul.c calls in here only when eng_isa says AVX2. The
+ * operation order is llama.cpp's x86 one (see dot_scalar.c for the scalar
+ * twin of every routine). */
+#include "kernels/kernels_internal.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* ---- Helpers ---- */
+
+static inline float hsum_ps(__m256 v)
+{
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline int32_t hsum_epi32(__m256i v)
+{
+    __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(r);
+}
+
+static inline float half_to_float(eng_f16 h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles, then high nibbles. */
+static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    const __m128i packed = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* Bit i of four little-endian bytes -> byte i all ones or zero. */
+static inline __m256i bits_to_bytes(const uint8_t *bits)
+{
+    uint32_t word;
+    memcpy(&word, bits, sizeof word);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)word),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i select = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+}
+
+/* Unsigned x signed bytes, four products per 32-bit lane, as floats. */
+static inline __m256 lanes_us(__m256i u, __m256i s)
+{
+    const __m256i pairs = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), pairs));
+}
+
+/* Signed x signed bytes through the sign trick. */
+static inline __m256 lanes_ss(__m256i x, __m256i y)
+{
+    return lanes_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+/* ---- Activation quantization ---- */
+
+/* Scale and rounded values of one 32-value block; returns d. */
+static inline float quantize_block32(const float *x, __m256i q[4])
+{
+    __m256 v[4];
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int j = 0; j < 4; j++)
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+    __m256 amax = _mm256_andnot_ps(sign, v[0]);
+    for (int j = 1; j < 4; j++)
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
+    __m128 m = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float max = _mm_cvtss_f32(m);
+    const float d = max / 127.0f;
+    const __m256 id = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+    for (int j = 0; j < 4; j++)
+        q[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], id),
+                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return d;
+}
+
+static inline void store_packed(const __m256i q[4], int8_t *out)
+{
+    const __m256i w01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i w23 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i bytes = _mm256_packs_epi16(w01, w23);
+    /* The packs work per 128-bit half; put the dwords back in order. */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    _mm256_storeu_si256((__m256i *)out, _mm256_permutevar8x32_epi32(bytes, order));
+}
+
+void eng_quantize_q8_0_avx2(const float *x, void *out, size_t n)
+{
+    eng_block_q8_0 *blocks = out;
+    for (size_t b = 0; b < n / ENG_QK; b++, x += ENG_QK) {
+        __m256i q[4];
+        const float d = quantize_block32(x, q);
+        blocks[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        store_packed(q, blocks[b].qs);
+    }
+}
+
+void eng_quantize_q8_1_avx2(const float *x, void *out, size_t n)
+{
+    eng_block_q8_1 *blocks = out;
+    for (size_t b = 0; b < n / ENG_QK; b++, x += ENG_QK) {
+        __m256i q[4];
+        const float d = quantize_block32(x, q);
+        const int32_t sum = hsum_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        blocks[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        blocks[b].s = _cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
+        store_packed(q, blocks[b].qs);
+    }
+}
+
+void eng_quantize_f16_avx2(const float *x, void *out, size_t n)
+{
+    eng_f16 *h = out;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        h[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* ---- 32-value formats ---- */
+
+float eng_dot_q4_0_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_block_q4_0 *x = w;
+    const eng_block_q8_0 *y = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d));
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[b].qs), _mm256_set1_epi8(8));
+        const __m256 p = lanes_ss(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(d, p, acc);
+    }
+    return hsum_ps(acc);
+}
+
+float eng_dot_q4_1_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_block_q4_1 *x = w;
+    const eng_block_q8_1 *y = act;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(half_to_float(x[b].m)),
+                                           _mm_set_ss(half_to_float(y[b].s)), _mm_set_ss(summs)));
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d));
+        const __m256 p =
+            lanes_us(unpack_nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(d, p, acc);
+    }
+    return hsum_ps(acc) + summs;
+}
+
+float eng_dot_q5_0_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_block_q5_0 *x = w;
+    const eng_block_q8_0 *y = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d));
+        /* Without the fifth bit a value is its nibble - 16: set the top bits. */
+        const __m256i low_top =
+            _mm256_andnot_si256(bits_to_bytes(x[b].qh), _mm256_set1_epi8((char)0xf0));
+        const __m256i q = _mm256_or_si256(unpack_nibbles(x[b].qs), low_top);
+        const __m256 p = lanes_ss(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(d, p, acc);
+    }
+    return hsum_ps(acc);
+}
+
+float eng_dot_q5_1_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_block_q5_1 *x = w;
+    const eng_block_q8_1 *y = act;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0.0f;
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(half_to_float(x[b].m)),
+                                           _mm_set_ss(half_to_float(y[b].s)), _mm_set_ss(summs)));
+        const __m256i fifth = _mm256_and_si256(bits_to_bytes(x[b].qh), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_or_si256(unpack_nibbles(x[b].qs), fifth);
+        const __m256 p = lanes_us(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d));
+        acc = _mm256_fmadd_ps(p, d, acc);
+    }
+    return hsum_ps(acc) + summs;
+}
+
+float eng_dot_q8_0_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_block_q8_0 *x = w;
+    const eng_block_q8_0 *y = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        const __m256 d = _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d));
+        const __m256 p = lanes_ss(_mm256_loadu_si256((const __m256i *)x[b].qs),
+                                  _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(d, p, acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* ---- Float formats ---- */
+
+static inline float reduce_4(__m256 sum[4])
+{
+    sum[0] = _mm256_add_ps(sum[0], sum[2]);
+    sum[1] = _mm256_add_ps(sum[1], sum[3]);
+    sum[0] = _mm256_add_ps(sum[0], sum[1]);
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(sum[0]), _mm256_extractf128_ps(sum[0], 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+float eng_dot_f32_avx2(size_t n, const void *w, const void *act)
+{
+    const float *x = w, *y = act;
+    __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const size_t whole = n & ~(size_t)31;
+    for (size_t i = 0; i < whole; i += 32)
+        for (int j = 0; j < 4; j++)
+            sum[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j),
+                                     sum[j]);
+    float total = reduce_4(sum);
+    for (size_t i = whole; i < n; i++)
+        total = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(x[i]), _mm_set_ss(y[i]), _mm_set_ss(total)));
+    return total;
+}
+
+float eng_dot_f16_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_f16 *x = w, *y = act;
+    __m256 sum[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const size_t whole = n & ~(size_t)31;
+    for (size_t i = 0; i < whole; i += 32)
+        for (int j = 0; j < 4; j++) {
+            const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * j)));
+            const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8 * j)));
+            sum[j] = _mm256_fmadd_ps(a, b, sum[j]);
+        }
+    double total = reduce_4(sum);
+    for (size_t i = whole; i < n; i++)
+        total += (double)(half_to_float(x[i]) * half_to_float(y[i]));
+    return (float)total;
+}
