@@ -238,10 +238,7 @@ float eng_dot_f32_avx2(size_t n, const void *w, const void *act)
         for (int j = 0; j < 4; j++)
             sum[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j),
                                      sum[j]);
-    float total = reduce_4(sum);
-    for (size_t i = whole; i < n; i++)
-        total = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(x[i]), _mm_set_ss(y[i]), _mm_set_ss(total)));
-    return total;
+    return eng_f32_tail(reduce_4(sum), x, y, whole, n);
 }
 
 float eng_dot_f16_avx2(size_t n, const void *w, const void *act)

@@ -184,6 +184,24 @@ static float reduce_4x8(float sum[4][8])
     return (t0[0] + t0[1]) + (t0[2] + t0[3]);
 }
 
+/* llama.cpp's tail after the last whole step of 32, as its compiler laid it
+ * out: groups of eight, then one of four, rounded products added in order;
+ * the last one to three products fused. */
+float eng_f32_tail(float total, const float *x, const float *y, size_t i, size_t n)
+{
+    for (; n - i >= 8; i += 8)
+        for (size_t k = i; k < i + 8; k++)
+            total += x[k] * y[k];
+    if (n - i >= 4) {
+        for (size_t k = i; k < i + 4; k++)
+            total += x[k] * y[k];
+        i += 4;
+    }
+    for (; i < n; i++)
+        total = fmaf(x[i], y[i], total);
+    return total;
+}
+
 float eng_dot_f32_scalar(size_t n, const void *w, const void *act)
 {
     const float *x = w, *y = act;
@@ -193,10 +211,7 @@ float eng_dot_f32_scalar(size_t n, const void *w, const void *act)
         for (int j = 0; j < 4; j++)
             for (int k = 0; k < 8; k++)
                 sum[j][k] = fmaf(x[i + 8 * j + k], y[i + 8 * j + k], sum[j][k]);
-    float total = reduce_4x8(sum);
-    for (size_t i = whole; i < n; i++)
-        total = fmaf(x[i], y[i], total);
-    return total;
+    return eng_f32_tail(reduce_4x8(sum), x, y, whole, n);
 }
 
 float eng_dot_f16_scalar(size_t n, const void *w, const void *act)
@@ -254,12 +269,13 @@ static void k_scales(const uint8_t packed[12], uint8_t scale[8], uint8_t min[8])
     }
 }
 
-/* Q4_K as llama.cpp's AVX2 routine sums it: eight integer lanes per
- * super-block (scaled per 32-value sub-block), four lanes of minimum terms. */
+/* Q4_K and Q5_K as llama.cpp's AVX2 routines sum them: eight integer lanes
+ * per super-block (scaled per 32-value sub-block) into eight float lanes;
+ * the minimum terms into four float lanes (Q4_K) or one fused sum (Q5_K). */
 static float dot_k_min_lanes(size_t n, const void *w, const void *act, bool five_bits)
 {
     const eng_block_q8_k *y = act;
-    float acc[8] = {0}, acc_m[4] = {0};
+    float acc[8] = {0}, acc_m[4] = {0}, summs = 0.0f;
     for (size_t b = 0; b < n / ENG_QK_K; b++) {
         const uint8_t *packed, *qs, *qh = NULL;
         eng_f16 d16, dmin16;
@@ -280,8 +296,12 @@ static float dot_k_min_lanes(size_t n, const void *w, const void *act, bool five
             const int16_t s1 = (int16_t)(y[b].bsums[4 * m + 2] + y[b].bsums[4 * m + 3]);
             prod[m] = min[2 * m] * s0 + min[2 * m + 1] * s1;
         }
-        for (int m = 0; m < 4; m++)
-            acc_m[m] = fmaf(dmin, (float)prod[m], acc_m[m]);
+        if (five_bits) {
+            summs = fmaf(dmin, (float)(prod[0] + prod[1] + prod[2] + prod[3]), summs);
+        } else {
+            for (int m = 0; m < 4; m++)
+                acc_m[m] = fmaf(dmin, (float)prod[m], acc_m[m]);
+        }
         int32_t lanes[8] = {0};
         for (int j = 0; j < 4; j++) { /* 64 values: 32 low nibbles, 32 high */
             const int8_t *q8 = y[b].qs + 64 * j;
@@ -300,6 +320,8 @@ static float dot_k_min_lanes(size_t n, const void *w, const void *act, bool five
         }
         lanes_fma(acc, d, lanes);
     }
+    if (five_bits)
+        return hsum8(acc) + summs;
     const float m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
     return hsum8(acc) + m;
 }
@@ -314,29 +336,35 @@ float eng_dot_q5_k_scalar(size_t n, const void *w, const void *act)
     return dot_k_min_lanes(n, w, act, true);
 }
 
+/* Q6_K as llama.cpp's AVX2 routine sums it: unsigned 6-bit values against
+ * the activations in eight lanes (scaled per 16 values), the offset of 32
+ * taken off per lane through the activations' group sums. */
 float eng_dot_q6_k_scalar(size_t n, const void *w, const void *act)
 {
     const eng_block_q6_k *x = w;
     const eng_block_q8_k *y = act;
-    float acc = 0.0f;
+    float acc[8] = {0};
     for (size_t b = 0; b < n / ENG_QK_K; b++) {
-        const uint8_t *ql = x[b].ql, *qh = x[b].qh;
-        const int8_t *sc = x[b].scales, *q8 = y[b].qs;
-        int32_t sumi = 0;
+        const int8_t *sc = x[b].scales;
+        int32_t lanes[8] = {0};
         for (int half = 0; half < 2; half++) { /* 128 values each */
-            for (int l = 0; l < 32; l++) {
-                const int q[4] = {
-                    ((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32,
-                    ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32,
-                    ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
-                    ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32,
-                };
-                for (int p = 0; p < 4; p++)
-                    sumi += sc[l / 16 + 2 * p] * q[p] * q8[l + 32 * p];
+            const uint8_t *ql = x[b].ql + 64 * half, *qh = x[b].qh + 32 * half;
+            for (int quarter = 0; quarter < 4; quarter++) {
+                uint8_t u[32];
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t low = quarter % 2 == 0 ? ql[l] : ql[l + 32];
+                    const int nib = quarter < 2 ? low & 0x0f : low >> 4;
+                    u[l] = (uint8_t)(nib | (((qh[l] >> (2 * quarter)) & 3) << 4));
+                }
+                const int8_t *q8 = y[b].qs + 128 * half + 32 * quarter;
+                for (int k = 0; k < 8; k++)
+                    lanes[k] += sc[8 * half + 2 * quarter + k / 4] * quad_us(u + 4 * k, q8 + 4 * k);
             }
-            ql += 64, qh += 32, sc += 8, q8 += 128;
         }
-        acc = fmaf(y[b].d * eng_f16_to_f32(x[b].d), (float)sumi, acc);
+        for (int k = 0; k < 8; k++)
+            lanes[k] -=
+                32 * (y[b].bsums[2 * k] * sc[2 * k] + y[b].bsums[2 * k + 1] * sc[2 * k + 1]);
+        lanes_fma(acc, y[b].d * eng_f16_to_f32(x[b].d), lanes);
     }
-    return acc;
+    return hsum8(acc);
 }

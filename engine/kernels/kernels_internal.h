@@ -55,6 +55,9 @@ float eng_dot_q4_k_scalar(size_t n, const void *w, const void *act);
 float eng_dot_q5_k_scalar(size_t n, const void *w, const void *act);
 float eng_dot_q6_k_scalar(size_t n, const void *w, const void *act);
 
+/* The F32 product's tail (values past the last whole 32), shared by both. */
+float eng_f32_tail(float total, const float *x, const float *y, size_t i, size_t n);
+
 /* ---- AVX2+FMA+F16C (dot_avx2.c, compiled for those extensions only) ---- */
 void eng_quantize_q8_0_avx2(const float *x, void *out, size_t n);
 void eng_quantize_q8_1_avx2(const float *x, void *out, size_t n);
