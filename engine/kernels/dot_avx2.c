@@ -157,8 +157,7 @@ float eng_dot_q4_1_avx2(size_t n, const void *w, const void *act)
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.0f;
     for (size_t b = 0; b < n / ENG_QK; b++) {
-        summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(half_to_float(x[b].m)),
-                                           _mm_set_ss(half_to_float(y[b].s)), _mm_set_ss(summs)));
+        summs = __builtin_fmaf(half_to_float(x[b].m), half_to_float(y[b].s), summs);
         const __m256 d = _mm256_set1_ps(half_to_float(x[b].d) * half_to_float(y[b].d));
         const __m256 p =
             lanes_us(unpack_nibbles(x[b].qs), _mm256_loadu_si256((const __m256i *)y[b].qs));
@@ -191,8 +190,7 @@ float eng_dot_q5_1_avx2(size_t n, const void *w, const void *act)
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.0f;
     for (size_t b = 0; b < n / ENG_QK; b++) {
-        summs = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(half_to_float(x[b].m)),
-                                           _mm_set_ss(half_to_float(y[b].s)), _mm_set_ss(summs)));
+        summs = __builtin_fmaf(half_to_float(x[b].m), half_to_float(y[b].s), summs);
         const __m256i fifth = _mm256_and_si256(bits_to_bytes(x[b].qh), _mm256_set1_epi8(0x10));
         const __m256i q = _mm256_or_si256(unpack_nibbles(x[b].qs), fifth);
         const __m256 p = lanes_us(q, _mm256_loadu_si256((const __m256i *)y[b].qs));
@@ -214,6 +212,75 @@ float eng_dot_q8_0_avx2(size_t n, const void *w, const void *act)
         acc = _mm256_fmadd_ps(d, p, acc);
     }
     return hsum_ps(acc);
+}
+
+/* ---- Four rows at a time ----
+ * One row's sum is a chain of dependent fused multiply-adds, one per block;
+ * the chain's latency, not memory, bounds a single row. Four rows advanced
+ * together share the activation loads and overlap their chains; each row's
+ * operations and their order are exactly those of the one-row routine.
+ * The caller spaces the four rows a quarter of its chunk apart: four
+ * sequential streams in different pages, which the hardware prefetcher
+ * follows (four adjacent rows read side by side it does not, and the
+ * products then ran at a quarter of the one-row speed from memory). */
+
+static inline void step_q4_1(const eng_block_q4_1 *x, __m256i qy, float dy, float sy, __m256 *acc,
+                             float *summs)
+{
+    *summs = __builtin_fmaf(half_to_float(x->m), sy, *summs);
+    const __m256 d = _mm256_set1_ps(half_to_float(x->d) * dy);
+    *acc = _mm256_fmadd_ps(d, lanes_us(unpack_nibbles(x->qs), qy), *acc);
+}
+
+void eng_dot4_q4_1_avx2(size_t n, const void *w, size_t stride, const void *act, float out[4])
+{
+    const uint8_t *base = w;
+    const eng_block_q4_1 *x0 = (const void *)base, *x1 = (const void *)(base + stride),
+                         *x2 = (const void *)(base + 2 * stride),
+                         *x3 = (const void *)(base + 3 * stride);
+    const eng_block_q8_1 *y = act;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d), sy = half_to_float(y[b].s);
+        step_q4_1(&x0[b], qy, dy, sy, &a0, &m0);
+        step_q4_1(&x1[b], qy, dy, sy, &a1, &m1);
+        step_q4_1(&x2[b], qy, dy, sy, &a2, &m2);
+        step_q4_1(&x3[b], qy, dy, sy, &a3, &m3);
+    }
+    out[0] = hsum_ps(a0) + m0;
+    out[1] = hsum_ps(a1) + m1;
+    out[2] = hsum_ps(a2) + m2;
+    out[3] = hsum_ps(a3) + m3;
+}
+
+static inline void step_q8_0(const eng_block_q8_0 *x, __m256i qy, float dy, __m256 *acc)
+{
+    const __m256 d = _mm256_set1_ps(half_to_float(x->d) * dy);
+    *acc = _mm256_fmadd_ps(d, lanes_ss(_mm256_loadu_si256((const __m256i *)x->qs), qy), *acc);
+}
+
+void eng_dot4_q8_0_avx2(size_t n, const void *w, size_t stride, const void *act, float out[4])
+{
+    const uint8_t *base = w;
+    const eng_block_q8_0 *x0 = (const void *)base, *x1 = (const void *)(base + stride),
+                         *x2 = (const void *)(base + 2 * stride),
+                         *x3 = (const void *)(base + 3 * stride);
+    const eng_block_q8_0 *y = act;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t b = 0; b < n / ENG_QK; b++) {
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[b].qs);
+        const float dy = half_to_float(y[b].d);
+        step_q8_0(&x0[b], qy, dy, &a0);
+        step_q8_0(&x1[b], qy, dy, &a1);
+        step_q8_0(&x2[b], qy, dy, &a2);
+        step_q8_0(&x3[b], qy, dy, &a3);
+    }
+    out[0] = hsum_ps(a0);
+    out[1] = hsum_ps(a1);
+    out[2] = hsum_ps(a2);
+    out[3] = hsum_ps(a3);
 }
 
 /* ---- Float formats ---- */

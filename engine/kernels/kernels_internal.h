@@ -19,11 +19,15 @@
 typedef void (*eng_quantize_fn)(const float *x, void *out, size_t n);
 /* One weight row times one activation row of n values. */
 typedef float (*eng_dot_fn)(size_t n, const void *w, const void *act);
+/* Four rows, stride bytes apart, times one activation row; each result
+ * bit-identical to the one-row routine's. */
+typedef void (*eng_dot4_fn)(size_t n, const void *w, size_t stride, const void *act, float out[4]);
 
 typedef struct eng_kernel {
     uint32_t act_type; /* the activations' format (ENG_TYPE_F32: x as given) */
     eng_quantize_fn quantize;
     eng_dot_fn dot;
+    eng_dot4_fn dot4; /* NULL: rows go one at a time */
 } eng_kernel;
 
 /* The kernel for weight type and isa; false for a type without products. */
@@ -67,6 +71,8 @@ float eng_dot_q4_1_avx2(size_t n, const void *w, const void *act);
 float eng_dot_q5_0_avx2(size_t n, const void *w, const void *act);
 float eng_dot_q5_1_avx2(size_t n, const void *w, const void *act);
 float eng_dot_q8_0_avx2(size_t n, const void *w, const void *act);
+void eng_dot4_q4_1_avx2(size_t n, const void *w, size_t stride, const void *act, float out[4]);
+void eng_dot4_q8_0_avx2(size_t n, const void *w, size_t stride, const void *act, float out[4]);
 float eng_dot_f32_avx2(size_t n, const void *w, const void *act);
 float eng_dot_f16_avx2(size_t n, const void *w, const void *act);
 

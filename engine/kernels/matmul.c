@@ -7,56 +7,65 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Without dot_avx2.c (not an x86 build) the AVX2 names are never referenced;
+ * eng_isa_hw_avx2() is false there, so eng_matmul never asks for them. */
+#ifdef ENG_KERNELS_NO_AVX2
+#define PICK(avx2_fn, scalar_fn) (scalar_fn)
+#else
+#define PICK(avx2_fn, scalar_fn) (avx2 ? (avx2_fn) : (scalar_fn))
+#endif
+
 bool eng_kernel_lookup(uint32_t type, eng_isa isa, eng_kernel *out)
 {
-#ifdef ENG_KERNELS_NO_AVX2
-    const bool avx2 = false; /* never granted: eng_isa_hw_avx2() is false here */
-#else
     const bool avx2 = isa == ENG_ISA_AVX2;
-#endif
+    (void)avx2;
     eng_kernel k = {0};
     switch (type) {
     case ENG_TYPE_F32:
-        k = (eng_kernel){ENG_TYPE_F32, NULL, avx2 ? eng_dot_f32_avx2 : eng_dot_f32_scalar};
+        k = (eng_kernel){ENG_TYPE_F32, NULL, PICK(eng_dot_f32_avx2, eng_dot_f32_scalar), NULL};
         break;
     case ENG_TYPE_F16:
-        k = (eng_kernel){ENG_TYPE_F16, avx2 ? eng_quantize_f16_avx2 : eng_quantize_f16_scalar,
-                         avx2 ? eng_dot_f16_avx2 : eng_dot_f16_scalar};
+        k = (eng_kernel){ENG_TYPE_F16, PICK(eng_quantize_f16_avx2, eng_quantize_f16_scalar),
+                         PICK(eng_dot_f16_avx2, eng_dot_f16_scalar), NULL};
         break;
     case ENG_TYPE_BF16:
-        k = (eng_kernel){ENG_TYPE_BF16, eng_quantize_bf16_scalar, eng_dot_bf16_scalar};
+        k = (eng_kernel){ENG_TYPE_BF16, eng_quantize_bf16_scalar, eng_dot_bf16_scalar, NULL};
         break;
     case ENG_TYPE_Q4_0:
-        k = (eng_kernel){ENG_TYPE_Q8_0, avx2 ? eng_quantize_q8_0_avx2 : eng_quantize_q8_0_scalar,
-                         avx2 ? eng_dot_q4_0_avx2 : eng_dot_q4_0_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_0, PICK(eng_quantize_q8_0_avx2, eng_quantize_q8_0_scalar),
+                         PICK(eng_dot_q4_0_avx2, eng_dot_q4_0_scalar), NULL};
         break;
     case ENG_TYPE_Q4_1:
-        k = (eng_kernel){ENG_TYPE_Q8_1, avx2 ? eng_quantize_q8_1_avx2 : eng_quantize_q8_1_scalar,
-                         avx2 ? eng_dot_q4_1_avx2 : eng_dot_q4_1_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_1, PICK(eng_quantize_q8_1_avx2, eng_quantize_q8_1_scalar),
+                         PICK(eng_dot_q4_1_avx2, eng_dot_q4_1_scalar), NULL};
         break;
     case ENG_TYPE_Q5_0:
-        k = (eng_kernel){ENG_TYPE_Q8_0, avx2 ? eng_quantize_q8_0_avx2 : eng_quantize_q8_0_scalar,
-                         avx2 ? eng_dot_q5_0_avx2 : eng_dot_q5_0_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_0, PICK(eng_quantize_q8_0_avx2, eng_quantize_q8_0_scalar),
+                         PICK(eng_dot_q5_0_avx2, eng_dot_q5_0_scalar), NULL};
         break;
     case ENG_TYPE_Q5_1:
-        k = (eng_kernel){ENG_TYPE_Q8_1, avx2 ? eng_quantize_q8_1_avx2 : eng_quantize_q8_1_scalar,
-                         avx2 ? eng_dot_q5_1_avx2 : eng_dot_q5_1_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_1, PICK(eng_quantize_q8_1_avx2, eng_quantize_q8_1_scalar),
+                         PICK(eng_dot_q5_1_avx2, eng_dot_q5_1_scalar), NULL};
         break;
     case ENG_TYPE_Q8_0:
-        k = (eng_kernel){ENG_TYPE_Q8_0, avx2 ? eng_quantize_q8_0_avx2 : eng_quantize_q8_0_scalar,
-                         avx2 ? eng_dot_q8_0_avx2 : eng_dot_q8_0_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_0, PICK(eng_quantize_q8_0_avx2, eng_quantize_q8_0_scalar),
+                         PICK(eng_dot_q8_0_avx2, eng_dot_q8_0_scalar), NULL};
         break;
     case ENG_TYPE_Q4_K:
-        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q4_k_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q4_k_scalar, NULL};
         break;
     case ENG_TYPE_Q5_K:
-        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q5_k_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q5_k_scalar, NULL};
         break;
     case ENG_TYPE_Q6_K:
-        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q6_k_scalar};
+        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q6_k_scalar, NULL};
         break;
     default: return false;
     }
+    if (type == ENG_TYPE_Q4_1)
+        k.dot4 = PICK(eng_dot4_q4_1_avx2, NULL);
+    if (type == ENG_TYPE_Q8_0)
+        k.dot4 = PICK(eng_dot4_q8_0_avx2, NULL);
     *out = k;
     return true;
 }
@@ -112,7 +121,23 @@ static void rows_task(void *ctx, size_t task)
     const matmul_job *job = ctx;
     const size_t first = task * job->chunk;
     const size_t end = first + job->chunk < job->rows ? first + job->chunk : job->rows;
-    for (size_t r = first; r < end; r++) {
+    size_t r = first;
+    if (job->kernel.dot4) { /* rows i, i + q, i + 2q, i + 3q together (see dot_avx2.c) */
+        const size_t q = (end - first) / 4;
+        for (size_t i = first; i < first + q; i++) {
+            const uint8_t *rows = job->w + i * job->row_bytes;
+            for (size_t t = 0; t < job->n_tokens; t++) {
+                float out[4];
+                job->kernel.dot4(job->cols, rows, q * job->row_bytes,
+                                 job->act + t * job->act_row_bytes, out);
+                float *yt = job->y + t * job->rows + i;
+                for (int k = 0; k < 4; k++)
+                    yt[(size_t)k * q] = out[k];
+            }
+        }
+        r = first + 4 * q;
+    }
+    for (; r < end; r++) {
         const uint8_t *row = job->w + r * job->row_bytes;
         for (size_t t = 0; t < job->n_tokens; t++)
             job->y[t * job->rows + r] =
