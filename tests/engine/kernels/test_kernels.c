@@ -397,6 +397,7 @@ Test(kernels_matmul, scratch_grows_once_and_is_reused)
     void *first = scratch.bytes;
     cr_assert_eq(eng_matmul(NULL, ENG_ISA_SCALAR, &m, x, 1, y, &scratch, NULL), ORTMEM_OK);
     cr_assert_eq(scratch.bytes, first, "a smaller call reuses the buffer");
+    cr_assert_eq(scratch.capacity, 3 * 2 * sizeof(eng_block_q8_0), "and keeps its size");
     eng_scratch_free(&scratch);
     cr_assert_null(scratch.bytes);
     free(w);
