@@ -72,8 +72,9 @@ static void slow_task(void *ctx, size_t task)
 }
 
 /* Workers that fell asleep between runs wake for the next one, and a pool
- * shuts down cleanly whether its workers spin or sleep. */
-Test(kernels_pool, sleeping_workers_wake_and_shutdown_is_clean)
+ * shuts down cleanly whether its workers spin or sleep (a lost wake-up
+ * hangs: the timeout turns it into a failure). */
+Test(kernels_pool, sleeping_workers_wake_and_shutdown_is_clean, .timeout = 20)
 {
     eng_pool *pool = NULL;
     cr_assert_eq(eng_pool_create(4, &pool, NULL), ORTMEM_OK);
