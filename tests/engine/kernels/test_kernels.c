@@ -118,6 +118,29 @@ Test(kernels_quantize, q8_1_scale_rounding_and_sum)
     cr_assert_eq(q.s, eng_f32_to_f16((float)sum));
 }
 
+static float from_bits(uint32_t bits)
+{
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* BF16 activations round as llama.cpp's conversion does: to nearest, ties
+ * to even, NaN kept (and made quiet). */
+Test(kernels_quantize, bf16_rounds_to_nearest_even)
+{
+    const uint32_t in[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0xbf800000u,
+                           0x7f800001u, 0x7f800000u, 0x00000000u};
+    const uint16_t want[] = {0x3f80, 0x3f82, 0x3f81, 0xbf80, 0x7fc0, 0x7f80, 0x0000};
+    float x[7];
+    uint16_t out[7];
+    for (int i = 0; i < 7; i++)
+        x[i] = from_bits(in[i]);
+    eng_quantize_bf16_scalar(x, out, 7);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(out[i], want[i], "%#x -> %#x, want %#x", in[i], out[i], want[i]);
+}
+
 Test(kernels_quantize, q8_k_maps_the_signed_extreme_to_minus_127)
 {
     float x[256];
