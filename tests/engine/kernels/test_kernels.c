@@ -125,6 +125,28 @@ static float from_bits(uint32_t bits)
     return f;
 }
 
+/* The values are multiplied by 127 / amax, not by 1 / d: for this block
+ * the two differ in the last bit and the second value rounds to 0 with the
+ * first (llama.cpp's answer) but to 1 with the second. */
+Test(kernels_quantize, scales_by_127_over_amax_not_one_over_d)
+{
+    float x[32] = {0};
+    x[0] = from_bits(0x40747f5bu); /* 3.82027316 */
+    x[1] = from_bits(0x3c766c34u); /* 0.0150404461 */
+    eng_block_q8_0 q0[2];
+    eng_block_q8_1 q1[2];
+    eng_quantize_q8_0_scalar(x, &q0[0], 32);
+    eng_quantize_q8_1_scalar(x, &q1[0], 32);
+    cr_assert_eq(q0[0].qs[1], 0, "scalar q8_0 gives %d", q0[0].qs[1]);
+    cr_assert_eq(q1[0].qs[1], 0, "scalar q8_1 gives %d", q1[0].qs[1]);
+    if (cpu_has_avx2()) {
+        eng_quantize_q8_0_avx2(x, &q0[1], 32);
+        eng_quantize_q8_1_avx2(x, &q1[1], 32);
+        cr_assert_eq(q0[1].qs[1], 0, "avx2 q8_0 gives %d", q0[1].qs[1]);
+        cr_assert_eq(q1[1].qs[1], 0, "avx2 q8_1 gives %d", q1[1].qs[1]);
+    }
+}
+
 /* BF16 activations round as llama.cpp's conversion does: to nearest, ties
  * to even, NaN kept (and made quiet). */
 Test(kernels_quantize, bf16_rounds_to_nearest_even)
@@ -376,6 +398,83 @@ Test(kernels_matmul, q5_k)
 Test(kernels_matmul, q6_k)
 {
     check_type(ENG_TYPE_Q6_K, 37, 768, 2);
+}
+
+/* ---- The reference engine's numbers ----
+ * Results of llama.cpp 0.3.36's x86 AVX2 routines (its activation
+ * quantizers and ggml_vec_dot_* for each type) on the inputs golden_inputs
+ * makes, recorded once from that library: the products must reproduce them
+ * bit for bit on both instruction sets, one row at a time and four at a
+ * time, or decoded tokens can drift from llama.cpp's at near ties. */
+typedef struct golden_case {
+    uint32_t type;
+    size_t n;
+    uint32_t bits[4];
+} golden_case;
+
+static const golden_case golden[] = {
+    {ENG_TYPE_Q4_0, 576, {0x3f7eaad6u, 0x41814608u, 0x42ce5327u, 0xc1082722u}},
+    {ENG_TYPE_Q4_1, 576, {0x4067d05cu, 0x421c0d7au, 0xc10a88ceu, 0x41c64a58u}},
+    {ENG_TYPE_Q5_0, 576, {0x4142f4c8u, 0x41268844u, 0x4242fdb6u, 0x401e81e6u}},
+    {ENG_TYPE_Q5_1, 576, {0x42101facu, 0x42b1f994u, 0xc02bd30cu, 0xc2be11e2u}},
+    {ENG_TYPE_Q8_0, 576, {0xc25b771bu, 0x4319dc5au, 0xc38b709cu, 0xc3f8c94bu}},
+    {ENG_TYPE_Q4_K, 768, {0x4316a0edu, 0x435c7b39u, 0xc260fdf0u, 0x4226c8a3u}},
+    {ENG_TYPE_Q5_K, 768, {0x42acd99fu, 0x40673f22u, 0x3f9d6b00u, 0xc29999afu}},
+    {ENG_TYPE_Q6_K, 768, {0x4351f533u, 0xc18c91b8u, 0x4389e62cu, 0xc2f49c10u}},
+    {ENG_TYPE_F16, 1000, {0x41c952dbu, 0x421fb332u, 0xc13ac6d2u, 0x431c83dbu}},
+    {ENG_TYPE_F32, 1000, {0xc1c842d6u, 0xc201c3deu, 0xc2ad6cf6u, 0xc2520521u}},
+    {ENG_TYPE_F32, 103, {0x430025c6u, 0xc1eb6d7eu, 0xc0f08b3fu, 0xc257c9eeu}},
+    {ENG_TYPE_BF16, 1000, {0xc0c82d30u, 0xc0c897a8u, 0xc2cc2e9bu, 0x4322541eu}},
+};
+
+static void golden_inputs(const golden_case *c, int trial, uint8_t **w, float **x)
+{
+    ref_rng rng = {1000 + 17 * c->type + (uint64_t)trial};
+    *w = ref_random_matrix(c->type, 1, c->n, &rng);
+    *x = malloc(c->n * sizeof **x);
+    const double scale = ref_uniform(&rng, 0.01, 10);
+    for (size_t i = 0; i < c->n; i++)
+        (*x)[i] = (float)(ref_uniform(&rng, -1, 1) * scale);
+    (*x)[(size_t)trial * 7 % c->n] *= 30;
+}
+
+Test(kernels_matmul, reproduces_llama_cpp_bit_for_bit)
+{
+    eng_pool *pool = NULL;
+    cr_assert_eq(eng_pool_create(2, &pool, NULL), ORTMEM_OK);
+    for (size_t ci = 0; ci < sizeof golden / sizeof golden[0]; ci++) {
+        const golden_case *c = &golden[ci];
+        const eng_type_traits t = eng_type_traits_of(c->type);
+        const size_t row_bytes = c->n / t.block_elems * t.block_bytes, rows = 9;
+        for (int trial = 0; trial < 4; trial++) {
+            uint8_t *w1, *w = malloc(rows * row_bytes);
+            float *x, y[9];
+            golden_inputs(c, trial, &w1, &x);
+            for (size_t r = 0; r < rows; r++) /* nine copies: four-row groups and a single */
+                memcpy(w + r * row_bytes, w1, row_bytes);
+            const eng_matrix m = {c->type, w, rows, c->n};
+            for (int isa = ENG_ISA_SCALAR; isa <= (cpu_has_avx2() ? ENG_ISA_AVX2 : ENG_ISA_SCALAR);
+                 isa++) {
+                eng_scratch scratch = {0};
+                eng_error err = {0};
+                cr_assert_eq(eng_matmul(pool, (eng_isa)isa, &m, x, 1, y, &scratch, &err), ORTMEM_OK,
+                             "%s", err.message);
+                for (size_t r = 0; r < rows; r++) {
+                    uint32_t bits;
+                    memcpy(&bits, &y[r], sizeof bits);
+                    cr_assert_eq(bits, c->bits[trial],
+                                 "%s n %zu trial %d %s row %zu: %#x (%.9g), llama.cpp %#x", t.name,
+                                 c->n, trial, eng_isa_name((eng_isa)isa), r, bits, y[r],
+                                 c->bits[trial]);
+                }
+                eng_scratch_free(&scratch);
+            }
+            free(w1);
+            free(w);
+            free(x);
+        }
+    }
+    eng_pool_destroy(pool);
 }
 
 /* ---- Refusals: a failed call changes nothing ---- */
