@@ -13,8 +13,9 @@
 
 /* Roughly 100-200 us of pause instructions before a worker sleeps. */
 #define WORKER_SPINS 4096u
-/* The caller spins this long on stragglers, then yields the core. */
-#define CALLER_SPINS 65536u
+/* The caller spins this long on a straggler, then yields the core (on a
+ * busy machine the straggler may be waiting for it). */
+#define CALLER_SPINS 2048u
 
 struct eng_pool {
     unsigned threads;
