@@ -1,4 +1,5 @@
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static void check_pool(unsigned threads)
     cr_assert_eq(eng_pool_threads(pool), threads);
     const size_t sizes[] = {0, 1, 2, 3, 7, 8, 9, 64, 1000};
     atomic_uint hits[1000];
-    for (int run = 0; run < 300; run++) {
+    for (int run = 0; run < 1000; run++) {
         const size_t tasks = sizes[run % (sizeof sizes / sizeof sizes[0])];
         for (size_t i = 0; i < tasks; i++)
             atomic_init(&hits[i], 0);
@@ -87,6 +88,54 @@ Test(kernels_pool, sleeping_workers_wake_and_shutdown_is_clean, .timeout = 20)
     cr_assert_eq(atomic_load(&done), 32u);
     eng_pool_destroy(pool);
     eng_pool_destroy(NULL);
+}
+
+typedef struct slow_counts {
+    atomic_uint hits[64];
+    pthread_t caller;
+    atomic_uint by_workers;
+} slow_counts;
+
+static void slow_count_task(void *ctx, size_t task)
+{
+    slow_counts *c = ctx;
+    volatile unsigned spin = 0;
+    for (unsigned i = 0; i < 20000; i++)
+        spin += i;
+    if (!pthread_equal(pthread_self(), c->caller))
+        atomic_fetch_add(&c->by_workers, 1);
+    atomic_fetch_add(&c->hits[task], 1);
+}
+
+/* Tasks long enough for the workers to take part: when a run returns, the
+ * tasks the workers took are finished too, and the workers did take some. */
+static void check_slow_runs(unsigned threads)
+{
+    eng_pool *pool = NULL;
+    cr_assert_eq(eng_pool_create(threads, &pool, NULL), ORTMEM_OK);
+    slow_counts c;
+    c.caller = pthread_self();
+    atomic_init(&c.by_workers, 0);
+    for (int run = 0; run < 40; run++) {
+        for (int i = 0; i < 64; i++)
+            atomic_init(&c.hits[i], 0);
+        eng_pool_run(pool, slow_count_task, &c, 64);
+        for (int i = 0; i < 64; i++)
+            cr_assert_eq(atomic_load(&c.hits[i]), 1u, "run %d: task %d ran %u times by the return",
+                         run, i, atomic_load(&c.hits[i]));
+    }
+    cr_assert_gt(atomic_load(&c.by_workers), 0u, "the workers never ran a task");
+    eng_pool_destroy(pool);
+}
+
+Test(kernels_pool, runs_return_after_the_workers_tasks_2_threads)
+{
+    check_slow_runs(2);
+}
+
+Test(kernels_pool, runs_return_after_the_workers_tasks_8_threads)
+{
+    check_slow_runs(8);
 }
 
 Test(kernels_pool, zero_threads_is_invalid)
