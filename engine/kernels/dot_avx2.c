@@ -283,6 +283,139 @@ void eng_dot4_q8_0_avx2(size_t n, const void *w, size_t stride, const void *act,
     out[3] = hsum_ps(a3);
 }
 
+/* ---- K formats (x Q8_K), as llama.cpp's AVX2 routines sum them ---- */
+
+/* The eight 6-bit scales and minimums of a Q4_K/Q5_K super-block. */
+static inline void k_scales(const uint8_t packed[12], uint8_t scale[8], uint8_t min[8])
+{
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            scale[j] = packed[j] & 63;
+            min[j] = packed[j + 4] & 63;
+        } else {
+            scale[j] = (uint8_t)((packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4));
+            min[j] = (uint8_t)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+        }
+    }
+}
+
+/* Q4_K and Q5_K: eight integer lanes per super-block (each 32-value
+ * sub-block scaled by its 6-bit scale), the minimums through the
+ * activations' pair sums: four float lanes for Q4_K, one fused sum for Q5_K. */
+static float dot_k_min(size_t n, const void *w, const void *act, bool five_bits)
+{
+    const eng_block_q8_k *y = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    float summs = 0.0f;
+    for (size_t b = 0; b < n / ENG_QK_K; b++) {
+        const uint8_t *packed, *qs, *qh = NULL;
+        eng_f16 d16, dmin16;
+        if (five_bits) {
+            const eng_block_q5_k *x = (const eng_block_q5_k *)w + b;
+            packed = x->scales, qs = x->qs, qh = x->qh, d16 = x->d, dmin16 = x->dmin;
+        } else {
+            const eng_block_q4_k *x = (const eng_block_q4_k *)w + b;
+            packed = x->scales, qs = x->qs, d16 = x->d, dmin16 = x->dmin;
+        }
+        const float d = y[b].d * half_to_float(d16);
+        const float dmin = -y[b].d * half_to_float(dmin16);
+        uint8_t scale[8], min[8];
+        k_scales(packed, scale, min);
+        const __m128i pair_sums =
+            _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[b].bsums),
+                           _mm_loadu_si128((const __m128i *)(y[b].bsums + 8)));
+        const __m128i prod =
+            _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)min)), pair_sums);
+        if (five_bits) {
+            __m128i t = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+            summs = __builtin_fmaf(dmin, (float)_mm_cvtsi128_si32(t), summs);
+        } else {
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        }
+        const __m256i high = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(bits, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low4);
+            if (qh) {
+                const __m256i bit_lo = _mm256_and_si256(_mm256_srli_epi16(high, 2 * j), one);
+                const __m256i bit_hi = _mm256_and_si256(_mm256_srli_epi16(high, 2 * j + 1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(bit_lo, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(bit_hi, 4));
+            }
+            const __m256i q8l = _mm256_loadu_si256((const __m256i *)(y[b].qs + 64 * j));
+            const __m256i q8h = _mm256_loadu_si256((const __m256i *)(y[b].qs + 64 * j + 32));
+            const __m256i pl =
+                _mm256_madd_epi16(_mm256_set1_epi16(scale[2 * j]), _mm256_maddubs_epi16(lo, q8l));
+            const __m256i ph = _mm256_madd_epi16(_mm256_set1_epi16(scale[2 * j + 1]),
+                                                 _mm256_maddubs_epi16(hi, q8h));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    if (five_bits)
+        return hsum_ps(acc) + summs;
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return hsum_ps(acc) + _mm_cvtss_f32(acc_m);
+}
+
+float eng_dot_q4_k_avx2(size_t n, const void *w, const void *act)
+{
+    return dot_k_min(n, w, act, false);
+}
+
+float eng_dot_q5_k_avx2(size_t n, const void *w, const void *act)
+{
+    return dot_k_min(n, w, act, true);
+}
+
+/* Q6_K: unsigned 6-bit values in eight lanes (scaled per 16 values), the
+ * offset of 32 taken off per lane through the activations' group sums. */
+float eng_dot_q6_k_avx2(size_t n, const void *w, const void *act)
+{
+    const eng_block_q6_k *x = w;
+    const eng_block_q8_k *y = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0f), low2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < n / ENG_QK_K; b++) {
+        const int8_t *sc = x[b].scales;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = x[b].ql + 64 * half, *qh = x[b].qh + 32 * half;
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i u[4];
+            u[0] = _mm256_and_si256(b1, low4);
+            u[1] = _mm256_and_si256(b2, low4);
+            u[2] = _mm256_and_si256(_mm256_srli_epi16(b1, 4), low4);
+            u[3] = _mm256_and_si256(_mm256_srli_epi16(b2, 4), low4);
+            for (int q = 0; q < 4; q++) {
+                const __m256i top = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * q), low2);
+                const __m256i values = _mm256_or_si256(u[q], _mm256_slli_epi16(top, 4));
+                const __m256i q8 =
+                    _mm256_loadu_si256((const __m256i *)(y[b].qs + 128 * half + 32 * q));
+                const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[8 * half + 2 * q + 1]),
+                                                        _mm_set1_epi16(sc[8 * half + 2 * q]));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(scales, _mm256_maddubs_epi16(values, q8)));
+            }
+        }
+        const __m256i offset =
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums),
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[b].d * half_to_float(x[b].d)),
+                              _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
 /* ---- Float formats ---- */
 
 static inline float reduce_4(__m256 sum[4])

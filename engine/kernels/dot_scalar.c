@@ -5,7 +5,7 @@
  * its own float accumulator with a fused multiply-add, and the eight lanes
  * are summed at the end in the order of an extract/movehl/movehdup
  * reduction. The Q4_1/Q5_1 minimum term is a separate fused sum added last.
- * BF16 and the K formats exist only here (both instruction sets use them). */
+ * BF16 exists only here (both instruction sets use it). */
 #include "kernels/kernels_internal.h"
 
 #include <math.h>

@@ -73,6 +73,9 @@ float eng_dot_q5_1_avx2(size_t n, const void *w, const void *act);
 float eng_dot_q8_0_avx2(size_t n, const void *w, const void *act);
 void eng_dot4_q4_1_avx2(size_t n, const void *w, size_t stride, const void *act, float out[4]);
 void eng_dot4_q8_0_avx2(size_t n, const void *w, size_t stride, const void *act, float out[4]);
+float eng_dot_q4_k_avx2(size_t n, const void *w, const void *act);
+float eng_dot_q5_k_avx2(size_t n, const void *w, const void *act);
+float eng_dot_q6_k_avx2(size_t n, const void *w, const void *act);
 float eng_dot_f32_avx2(size_t n, const void *w, const void *act);
 float eng_dot_f16_avx2(size_t n, const void *w, const void *act);
 

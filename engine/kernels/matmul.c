@@ -52,13 +52,16 @@ bool eng_kernel_lookup(uint32_t type, eng_isa isa, eng_kernel *out)
                          PICK(eng_dot_q8_0_avx2, eng_dot_q8_0_scalar), NULL};
         break;
     case ENG_TYPE_Q4_K:
-        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q4_k_scalar, NULL};
+        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar,
+                         PICK(eng_dot_q4_k_avx2, eng_dot_q4_k_scalar), NULL};
         break;
     case ENG_TYPE_Q5_K:
-        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q5_k_scalar, NULL};
+        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar,
+                         PICK(eng_dot_q5_k_avx2, eng_dot_q5_k_scalar), NULL};
         break;
     case ENG_TYPE_Q6_K:
-        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar, eng_dot_q6_k_scalar, NULL};
+        k = (eng_kernel){ENG_TYPE_Q8_K, eng_quantize_q8_k_scalar,
+                         PICK(eng_dot_q6_k_avx2, eng_dot_q6_k_scalar), NULL};
         break;
     default: return false;
     }
