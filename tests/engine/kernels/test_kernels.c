@@ -425,6 +425,9 @@ static const golden_case golden[] = {
     {ENG_TYPE_F32, 1000, {0xc1c842d6u, 0xc201c3deu, 0xc2ad6cf6u, 0xc2520521u}},
     {ENG_TYPE_F32, 103, {0x430025c6u, 0xc1eb6d7eu, 0xc0f08b3fu, 0xc257c9eeu}},
     {ENG_TYPE_BF16, 1000, {0xc0c82d30u, 0xc0c897a8u, 0xc2cc2e9bu, 0x4322541eu}},
+    {ENG_TYPE_F16, 1016, {0xc2872cf8u, 0xc14950c7u, 0x4293a0c2u, 0x41c010a4u}},
+    {ENG_TYPE_F32, 1016, {0xc358be67u, 0x41118bbau, 0x4301df83u, 0xc31d0ccfu}},
+    {ENG_TYPE_BF16, 1016, {0xc22abab9u, 0x42a16bdbu, 0x3e9aec00u, 0xc315fa5au}},
 };
 
 static void golden_inputs(const golden_case *c, int trial, uint8_t **w, float **x)
