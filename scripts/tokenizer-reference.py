@@ -18,7 +18,11 @@ What is recorded:
   chats   conversations rendered by jinja2 from the model's own
           tokenizer.chat_template, and their ids;
   llama3  the same for a Llama 3 style template written here (the engine's
-          second template family), rendered by jinja2.
+          second template family), rendered by jinja2;
+  variants  the corpus again (special text parsed) with the model's vocabulary
+          under other tokenizer.ggml.pre values (a copy of the file's metadata,
+          without tensors, with only that key changed), so that each
+          pre-tokenizer the engine knows is checked against llama.cpp.
 """
 
 import argparse
@@ -26,7 +30,9 @@ import glob
 import json
 import os
 import sys
+import tempfile
 
+import gguf
 import jinja2
 import llama_cpp
 
@@ -109,6 +115,38 @@ def default_model():
     return hits[0]
 
 
+# Pre-tokenizers checked with the model's vocabulary (the file's own is smollm).
+VARIANT_PRES = ["gpt-2", "llama-bpe", "qwen2", "default"]
+
+
+def write_variant(src, dst, pre):
+    """Writes dst: src's metadata with tokenizer.ggml.pre set to pre, no tensors."""
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(dst, arch=str(bytes(reader.fields["general.architecture"].parts[-1]),
+                                           "utf-8"))
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        kind = field.types[0]
+        if key == "tokenizer.ggml.pre":
+            writer.add_string(key, pre)
+        elif kind == gguf.GGUFValueType.ARRAY:
+            sub = field.types[1]
+            if sub == gguf.GGUFValueType.STRING:
+                values = [bytes(field.parts[i]) for i in field.data]
+            else:
+                values = [field.parts[i][0].item() for i in field.data]
+            writer.add_key_value(key, values, kind, sub_type=sub)
+        elif kind == gguf.GGUFValueType.STRING:
+            writer.add_key_value(key, bytes(field.parts[field.data[0]]).decode("utf-8"), kind)
+        else:
+            writer.add_key_value(key, field.parts[field.data[0]][0].item(), kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def hexs(b):
     return b.hex()
 
@@ -164,6 +202,20 @@ def main():
     sample = sorted(set(list(range(0, 300)) + list(range(300, n_vocab, 97)) + [n_vocab - 1]))
     pieces = [[i, hexs(piece(i))] for i in sample]
 
+    variants = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in VARIANT_PRES:
+            path = os.path.join(tmp, "variant.gguf")
+            write_variant(model, path, pre)
+            v = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+            vv = llama_cpp.llama_model_get_vocab(v.model)
+            variants.append({
+                "pre": pre,
+                "add_bos": bool(llama_cpp.llama_vocab_get_add_bos(vv)),
+                "ids_special": [v.tokenize(bytes.fromhex(c["text_hex"]), add_bos=False, special=True)
+                                for c in cases]})
+            del v
+
     doc = {
         "generator": "scripts/tokenizer-reference.py",
         "llama_cpp_python": llama_cpp.__version__,
@@ -178,6 +230,7 @@ def main():
         "chats": chats,
         "llama3_template": LLAMA3_TEMPLATE,
         "llama3_chats": llama3,
+        "variants": variants,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:

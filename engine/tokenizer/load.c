@@ -63,9 +63,16 @@ static ortmem_status read_strings(const eng_gguf *gguf, const char *key, eng_byt
 
 ortmem_status eng_tokenizer_create(const eng_gguf *gguf, eng_tokenizer **out, eng_error *err)
 {
+    return eng_tokenizer_create_as(gguf, NULL, out, err);
+}
+
+ortmem_status eng_tokenizer_create_as(const eng_gguf *gguf, const char *pre_override,
+                                      eng_tokenizer **out, eng_error *err)
+{
     if (!gguf || !out)
         return eng_fail(err, ORTMEM_E_INVALID, "tokenizer: NULL argument");
-    eng_tokenizer_spec spec = {.bos = -1, .eos = -1, .unk = -1, .pad = -1, .eot = -1, .eom = -1};
+    eng_tokenizer_spec spec = {
+        .bos = -1, .eos = -1, .unk = -1, .pad = -1, .eot = -1, .eom = -1, .add_bos = -1};
     char *model = NULL, *pre = NULL;
     eng_bytes *tokens = NULL, *merges = NULL;
     int32_t *types = NULL;
@@ -78,7 +85,9 @@ ortmem_status eng_tokenizer_create(const eng_gguf *gguf, eng_tokenizer **out, en
         st = eng_fail(err, ORTMEM_E_UNSUPPORTED,
                       "tokenizer model \"%s\" is not supported (only \"gpt2\", byte-level BPE)",
                       model);
-    if (st == ORTMEM_OK && eng_gguf_has(gguf, "tokenizer.ggml.pre")) {
+    if (st == ORTMEM_OK && pre_override && !(pre = strdup(pre_override)))
+        st = eng_fail(err, ORTMEM_E_NOMEM, "tokenizer.ggml.pre");
+    if (st == ORTMEM_OK && !pre && eng_gguf_has(gguf, "tokenizer.ggml.pre")) {
         st = eng_gguf_get_str(gguf, "tokenizer.ggml.pre", &s, err);
         if (st == ORTMEM_OK && !(pre = dup_str(s)))
             st = eng_fail(err, ORTMEM_E_NOMEM, "tokenizer.ggml.pre");
@@ -122,8 +131,11 @@ ortmem_status eng_tokenizer_create(const eng_gguf *gguf, eng_tokenizer **out, en
         st = read_id(gguf, "tokenizer.ggml.eot_token_id", &spec.eot, err);
     if (st == ORTMEM_OK)
         st = read_id(gguf, "tokenizer.ggml.eom_token_id", &spec.eom, err);
-    if (st == ORTMEM_OK && eng_gguf_has(gguf, "tokenizer.ggml.add_bos_token"))
-        st = eng_gguf_get_bool(gguf, "tokenizer.ggml.add_bos_token", &spec.add_bos, err);
+    if (st == ORTMEM_OK && eng_gguf_has(gguf, "tokenizer.ggml.add_bos_token")) {
+        bool add_bos;
+        st = eng_gguf_get_bool(gguf, "tokenizer.ggml.add_bos_token", &add_bos, err);
+        spec.add_bos = add_bos;
+    }
     if (st == ORTMEM_OK && eng_gguf_has(gguf, "tokenizer.chat_template")) {
         st = eng_gguf_get_str(gguf, "tokenizer.chat_template", &s, err);
         spec.chat_template = s.ptr;

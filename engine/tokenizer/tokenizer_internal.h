@@ -38,13 +38,17 @@ typedef struct eng_tokenizer_spec {
     const eng_bytes *merges;    /* "left right", lowest rank first */
     int32_t bos, eos, unk, pad; /* -1 when none */
     int32_t eot, eom;           /* -1 when none */
-    bool add_bos;
+    int add_bos; /* 0 or 1; -1 when the file does not say (the pre-tokenizer decides) */
     const char *chat_template; /* NULL when none */
     size_t chat_template_len;
 } eng_tokenizer_spec;
 
 ortmem_status eng_tokenizer_create_from_spec(const eng_tokenizer_spec *spec, eng_tokenizer **out,
                                              eng_error *err);
+/* eng_tokenizer_create with tokenizer.ggml.pre replaced by pre (when not
+ * NULL): the tests check each pre-tokenizer with the model's vocabulary. */
+ortmem_status eng_tokenizer_create_as(const eng_gguf *gguf, const char *pre, eng_tokenizer **out,
+                                      eng_error *err);
 
 /* ---- unicode.c ---- */
 /* Offset of the first byte that does not start a well-formed UTF-8 sequence

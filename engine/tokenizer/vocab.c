@@ -225,7 +225,7 @@ ortmem_status eng_tokenizer_create_from_spec(const eng_tokenizer_spec *spec, eng
     tok->eos = spec->eos;
     tok->unk = spec->unk;
     tok->pad = spec->pad;
-    tok->add_bos = spec->add_bos;
+    tok->add_bos = spec->add_bos > 0;
 
     ortmem_status st = eng_pretokenizer_create(spec->pre, &tok->pre, &tok->ignore_merges, err);
     if (st == ORTMEM_OK)
@@ -234,9 +234,10 @@ ortmem_status eng_tokenizer_create_from_spec(const eng_tokenizer_spec *spec, eng
         eng_tokenizer_destroy(tok);
         return st;
     }
-    if (spec->pre && (strcmp(spec->pre, "llama3") == 0 || strcmp(spec->pre, "llama-v3") == 0 ||
-                      strcmp(spec->pre, "llama-bpe") == 0))
-        tok->add_bos = true; /* llama.cpp sets it for these, whatever the file says */
+    if (spec->add_bos < 0 && spec->pre &&
+        (strcmp(spec->pre, "llama3") == 0 || strcmp(spec->pre, "llama-v3") == 0 ||
+         strcmp(spec->pre, "llama-bpe") == 0))
+        tok->add_bos = true; /* llama.cpp's default for these when the file does not say */
 
     const int32_t fim[3] = {find_any(tok, FIM_PAD_TEXTS), find_any(tok, FIM_REP_TEXTS),
                             find_any(tok, FIM_SEP_TEXTS)};

@@ -176,3 +176,34 @@ Test(tokenizer_model, chat_renders_as_jinja2_does)
     }
     unload_model(&f);
 }
+
+/* The other pre-tokenizers, each with the model's vocabulary, against
+ * llama.cpp given the same file with only tokenizer.ggml.pre changed. */
+Test(tokenizer_model, each_pre_tokenizer_equals_llama_cpp)
+{
+    model_fixture f = load_model();
+    const jnode *cases = j_get(f.ref, "cases");
+    const jnode *variants = j_get(f.ref, "variants");
+    cr_assert(variants && variants->count >= 4, "variants");
+    for (size_t v = 0; v < variants->count; v++) {
+        const jnode *var = variants->items[v];
+        const char *pre = j_get(var, "pre")->str;
+        eng_tokenizer *tok = NULL;
+        eng_error err = {0};
+        cr_assert_eq(eng_tokenizer_create_as(f.gguf, pre, &tok, &err), ORTMEM_OK, "%s: %s", pre,
+                     err.message);
+        cr_assert_eq(eng_tokenizer_add_bos(tok), j_get(var, "add_bos")->num != 0, "%s", pre);
+        const jnode *ids = j_get(var, "ids_special");
+        cr_assert_eq(ids->count, cases->count);
+        for (size_t c = 0; c < cases->count; c++) {
+            size_t len;
+            char *text = j_unhex(j_get(cases->items[c], "text_hex"), &len);
+            char name[128];
+            snprintf(name, sizeof name, "%s/%s", pre, j_get(cases->items[c], "name")->str);
+            check_case(tok, name, text, len, true, ids->items[c]);
+            free(text);
+        }
+        eng_tokenizer_destroy(tok);
+    }
+    unload_model(&f);
+}
