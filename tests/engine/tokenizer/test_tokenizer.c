@@ -174,6 +174,7 @@ Test(tokenizer_core, invalid_utf8_names_the_offset)
         {"ab\xc3(", 4, 2},            /* a lead byte without its continuation */
         {"abc\x80", 4, 3},            /* a lone continuation byte */
         {"a\xc0\x80", 3, 1},          /* an overlong NUL */
+        {"x\xe0\x80\xaf", 4, 1},      /* an overlong '/' in three bytes */
         {"\xed\xa0\x80", 3, 0},       /* a surrogate */
         {"ab\xf4\x90\x80\x80", 6, 2}, /* past U+10FFFF */
         {"a\xe2\x82", 3, 1},          /* cut short at the end */
