@@ -62,10 +62,11 @@ static bool default_system(const char *tmpl, size_t len, text_buf *out)
     static const char marker[] = "<|im_start|>system";
     const char *at = tmpl, *end = tmpl + len;
     while ((at = find_in(at, (size_t)(end - at), marker)) != NULL) {
+        const char *marker_at = at;
         const char *start = at + strlen(marker);
         at = start;
         char quote = 0; /* the literal's quote: the nearest one before the marker */
-        for (const char *q = start - strlen(marker); q > tmpl; q--) {
+        for (const char *q = marker_at; q > tmpl; q--) {
             if (q[-1] == '\'' || q[-1] == '"') {
                 quote = q[-1];
                 break;
