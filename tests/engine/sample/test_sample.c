@@ -298,22 +298,23 @@ Test(engine_sample_filters, ties_and_a_large_top_p_set)
 }
 
 /* Distinct logits in a scrambled order over 5000 ids; the rank-r token has
- * logit -0.05 r, so top_p 0.5 keeps the best ranks up to the first whose
- * cumulative mass reaches half (computed here from the ranks). */
-Test(engine_sample_filters, top_p_over_a_scrambled_vocabulary)
+ * logit -slope r, so top_p 0.5 keeps the best ranks up to the first whose
+ * cumulative mass reaches half (computed here from the ranks). At the gentler
+ * slope that is more tokens than top-p's first partial sort (256) holds. */
+static void assert_top_p_scrambled(float slope, int expected_keep)
 {
     enum { VOCAB = 5000 };
     static float logits[VOCAB];
     static unsigned counts[VOCAB];
     for (int id = 0; id < VOCAB; id++)
-        logits[id] = -0.05f * (float)((id * 7919) % VOCAB);
+        logits[id] = -slope * (float)((id * 7919) % VOCAB);
     double total = 0.0, mass = 0.0;
     for (int r = 0; r < VOCAB; r++)
-        total += exp(-0.05 * r);
+        total += exp((double)-slope * r);
     int keep = 0;
     while (mass < 0.5 * total)
-        mass += exp(-0.05 * keep++);
-    cr_assert_eq(keep, 14);
+        mass += exp((double)-slope * keep++);
+    cr_assert_eq(keep, expected_keep);
     eng_sample_params p = sampling(1.0f);
     p.top_p = 0.5f;
     draw_counts(&p, logits, VOCAB, NULL, 0, counts);
@@ -322,6 +323,12 @@ Test(engine_sample_filters, top_p_over_a_scrambled_vocabulary)
         cr_assert_eq(counts[id] > 0, rank < keep, "id %d of rank %d drawn %u times", id, rank,
                      counts[id]);
     }
+}
+
+Test(engine_sample_filters, top_p_over_a_scrambled_vocabulary)
+{
+    assert_top_p_scrambled(0.05f, 14);
+    assert_top_p_scrambled(0.002f, 347);
 }
 
 Test(engine_sample_seed, same_seed_same_tokens_and_a_failed_call_changes_nothing)
