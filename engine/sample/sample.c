@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Top-p first sorts this many of the best candidates, and all of them only
- * when those do not reach p: a full sort of the vocabulary is rarely needed. */
+/* Top-p first sorts this many of the best candidates, and twice as many each
+ * time those do not reach p: a full sort of the vocabulary is rarely needed. */
 #define TOP_P_FIRST_SORT 256
 
 typedef struct candidate {
@@ -71,12 +71,6 @@ static bool comes_before(candidate a, candidate b)
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
-static int compare_candidates(const void *pa, const void *pb)
-{
-    candidate a = *(const candidate *)pa, b = *(const candidate *)pb;
-    return comes_before(a, b) ? -1 : comes_before(b, a) ? 1 : 0;
-}
-
 /* Heap whose root is the candidate that comes last among its m. */
 static void sift_down(candidate *heap, size_t m, size_t i)
 {
@@ -96,13 +90,12 @@ static void sift_down(candidate *heap, size_t m, size_t i)
 }
 
 /* Moves the m best of c[0..n) to the front, sorted; the rest keep no order.
- * O(n log m): a heap of the best m so far, replaced at its worst. */
+ * O(n log m) in place (qsort may allocate): a heap of the best m so far,
+ * replaced at its worst, then emptied worst first into the back of the m. */
 static void sort_best(candidate *c, size_t n, size_t m)
 {
-    if (m >= n) {
-        qsort(c, n, sizeof *c, compare_candidates);
-        return;
-    }
+    if (m > n)
+        m = n;
     for (size_t i = m / 2; i-- > 0;)
         sift_down(c, m, i);
     for (size_t j = m; j < n; j++) {
@@ -113,7 +106,12 @@ static void sort_best(candidate *c, size_t n, size_t m)
             sift_down(c, m, 0);
         }
     }
-    qsort(c, m, sizeof *c, compare_candidates);
+    for (size_t end = m; end-- > 1;) {
+        candidate t = c[0];
+        c[0] = c[end];
+        c[end] = t;
+        sift_down(c, end, 0);
+    }
 }
 
 static float max_logit(const candidate *c, size_t n, bool sorted)
@@ -246,8 +244,9 @@ static int32_t filter_and_draw(eng_sampler *s, size_t n)
         size_t keep = n;
         for (size_t i = 0; i < n; i++) {
             if (i == ready) {
-                sort_best(c, n, n); /* the first `ready` stay where they are */
-                ready = n;
+                /* Twice as many; the first `ready` stay where they are. */
+                ready = n - ready > ready ? 2 * ready : n;
+                sort_best(c, n, ready);
             }
             mass += exp((double)c[i].logit - top);
             if (mass >= goal) {
