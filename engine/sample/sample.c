@@ -8,6 +8,7 @@
  * llama.cpp's, whose std::mt19937 stream is not reproduced. */
 #include "sample/sample.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -130,7 +131,9 @@ static float max_logit(const candidate *c, size_t n, bool sorted)
  * likely. */
 static float penalise(float logit, float penalty)
 {
-    return logit <= 0.0f ? logit * penalty : logit / penalty;
+    float v = logit <= 0.0f ? logit * penalty : logit / penalty;
+    /* A penalty far from 1 on a huge logit must not make it infinite. */
+    return isinf(v) && !isinf(logit) ? copysignf(FLT_MAX, v) : v;
 }
 
 static ortmem_status check_params(const eng_sample_params *p, eng_error *err)
@@ -268,7 +271,7 @@ static int32_t filter_and_draw(eng_sampler *s, size_t n)
         n = kept;
     }
 
-    /* The draw: weights exp((logit - max) / T) stay in (0, 1] for any T. */
+    /* The draw: weights exp((logit - max) / T) stay in [0, 1] for any T > 0. */
     float top = max_logit(c, n, sorted);
     double temperature = p->temperature, total = 0.0;
     for (size_t i = 0; i < n; i++) {

@@ -189,6 +189,20 @@ Test(engine_sample_penalty, reshapes_the_draw)
     cr_assert_lt(chi2, chi2_999[1], "counts %u %u, chi-square %.2f", counts[0], counts[1], chi2);
 }
 
+/* A penalty below 1 on a huge logit saturates at FLT_MAX instead of turning
+ * it infinite: two such tokens stay an even draw (infinities would leave
+ * the weights undefined). */
+Test(engine_sample_penalty, saturates_instead_of_overflowing)
+{
+    eng_sample_params p = sampling(1.0f);
+    p.repeat_penalty = 0.5f;
+    const float logits[] = {3e38f, 2.5e38f, 0.0f};
+    unsigned counts[3];
+    draw_n_counts(1000, &p, logits, 3, (const int32_t[]){0, 1}, 2, counts);
+    cr_assert(counts[0] > 400 && counts[1] > 400 && counts[2] == 0, "counts %u %u %u", counts[0],
+              counts[1], counts[2]);
+}
+
 Test(engine_sample_filters, temperature_alone_keeps_everything)
 {
     float logits[SMALL_VOCAB];
