@@ -80,11 +80,20 @@ def run_measured(cmd, env=None):
 
 
 def last_json_object(text):
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            return json.loads(line)
-    return json.loads(text)
+    """The report: all of stdout, else the last object that starts a line
+    and runs to the end (ortmem-decode may print text before it)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    lines = text.splitlines()
+    for i in reversed(range(len(lines))):
+        if lines[i].lstrip().startswith("{"):
+            try:
+                return json.loads("\n".join(lines[i:]))
+            except ValueError:
+                continue
+    raise ValueError("no JSON report in: %s" % text[-500:])
 
 
 def summary(runs):
