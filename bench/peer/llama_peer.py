@@ -141,6 +141,9 @@ def main():
                 report = last_json_object(out)
                 run = {"prefill_tok_s": float(report["prefill_tok_s"]),
                        "decode_tok_s": float(report["decode_tok_s"]), "peak_rss_kib": rss}
+                prompt = report.get("prompt_tokens")
+                if prompt is not None:
+                    run["prompt_tokens"] = len(prompt) if isinstance(prompt, list) else int(prompt)
                 decoder_runs.append(run)
         print("llama_peer: repetition %d of %d done" % (rep + 1, args.reps), file=sys.stderr)
     load_after = os.getloadavg()
@@ -186,6 +189,10 @@ def main():
         r = result["ratio_ortmem_over_llama_cpp"]
         print("%-16s %24.2f %24.2f %24.2f" % ("ortmem/llama.cpp", r["prefill_tok_s"],
                                               r["decode_tok_s"], r["peak_rss_kib"]))
+        counts = {r.get("prompt_tokens") for r in decoder_runs} - {None}
+        if counts and counts != {result["prompt_tokens"]}:
+            print("note: ortmem-decode tokenized the prompt into %s tokens, llama.cpp into %d"
+                  % (", ".join(str(c) for c in sorted(counts)), result["prompt_tokens"]))
     else:
         print("ortmem-decode: not built (%s is missing), so llama.cpp alone" % decoder)
     print("llama.cpp's RSS includes the Python interpreter and llama-cpp-python's imports: "
