@@ -133,10 +133,11 @@ def main():
         p["top2"] = top2
         p["eog_steps"] = eog
         p["closest_step"] = closest_step(top2)
-        # The prompt evaluated one token at a time instead: llama.cpp takes
-        # other kernels for a batch of many prompt rows (its batched matrix
-        # products), so from prompts of about ten tokens on the logits differ
-        # by a few tenths and a near-tie may fall the other way.
+        # The prompt evaluated one token at a time instead. llama.cpp computes
+        # two or more rows at once with other matrix kernels than one row
+        # (chunks of 2 to 16 gave the one-batch logits exactly on the chat
+        # prompt); from prompts of about fifteen tokens on the logits then
+        # differ by a few tenths, and a near-tie may fall the other way.
         alt, alt_top2, alt_eog = decode_greedy(llm, vocab, n_vocab, p["prompt_ids"], STEPS,
                                                prompt_in_one_batch=False)
         differ = [i for i, (a, b) in enumerate(zip(ids, alt)) if a != b]
