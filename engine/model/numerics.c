@@ -1,0 +1,188 @@
+#include "model/numerics.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Functions with fused multiply-adds in their loops are built twice, with
+ * and without FMA instructions, and picked at load time: the results are
+ * the same bits (fmaf is exact either way), only the speed differs. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ENG_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define ENG_FMA_CLONES
+#endif
+
+static float bits_to_f32(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static uint32_t f32_to_bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+void eng_rms_norm(const float *x, const float *w, size_t n, float eps, float *y)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (size_t i = 0; i < n; i++) {
+        float scaled = x[i] * scale;
+        y[i] = scaled * w[i];
+    }
+}
+
+void eng_rope_table(int64_t pos, float base, uint32_t n_rot, uint32_t head_dim, float *cs)
+{
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (uint32_t i = 0; i + 1 < head_dim; i += 2) {
+        cs[i] = cosf(theta);
+        cs[i + 1] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+/* ggml's build contracts the rotation into fused operations: the first of
+ * a pair x0*c - (x1*s) with x1*s rounded, the second x1*c + (x0*s) with
+ * x0*s rounded (its vector loop's lane order). */
+ENG_FMA_CLONES void eng_rope_apply(float *x, const float *cs, uint32_t n_rot)
+{
+    for (uint32_t i = 0; i + 1 < n_rot; i += 2) {
+        const float x0 = x[i], x1 = x[i + 1];
+        const float c = cs[i], s = cs[i + 1];
+        x[i] = fmaf(x0, c, -(x1 * s));
+        x[i + 1] = fmaf(x1, c, x0 * s);
+    }
+}
+
+/* exp(x) = 2^n * (1 + p(b)) with n = round(x / ln 2) and b the reduced
+ * argument, the polynomial and the out-of-range handling as ggml's AVX2
+ * expf (0x1.8p23 rounds by addition; |n| > 126 and > 192 take the scaled
+ * paths). */
+ENG_FMA_CLONES float eng_vexpf(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const uint32_t e = f32_to_bits(z) << 23;
+    const float k = bits_to_f32(e + f32_to_bits(1.0f));
+    const float u = b * b;
+    const float j = fmaf(
+        fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+        u, 0x1.ffffecp-1f * b);
+    if (!(fabsf(n) > 126.0f))
+        return fmaf(j, k, k);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = bits_to_f32(g + 0x7f000000u);
+    const float s2 = bits_to_f32(e - g);
+    if (fabsf(n) > 192.0f)
+        return s1 * s1;
+    return fmaf(s2, j, s2) * s1;
+}
+
+void eng_swiglu(const float *x, const float *g, size_t n, float *y)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float neg = 0.0f - x[i];
+        const float silu = x[i] / (1.0f + eng_vexpf(neg));
+        y[i] = silu * g[i];
+    }
+}
+
+/* The horizontal add of 8 lanes as ggml writes it for AVX: the halves
+ * added lane by lane, then (0+2) + (1+3). */
+static float hsum8_halves(const float v[8])
+{
+    float s[4];
+    for (int l = 0; l < 4; l++)
+        s[l] = v[l + 4] + v[l];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+void eng_softmax(float *scores, size_t n)
+{
+    float max = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (scores[i] > max)
+            max = scores[i];
+    double sum = 0.0;
+    for (size_t i0 = 0; i0 < n; i0 += 8) {
+        float v[8] = {0};
+        for (size_t l = 0; l < 8 && i0 + l < n; l++) {
+            v[l] = eng_vexpf(scores[i0 + l] - max);
+            scores[i0 + l] = v[l];
+        }
+        sum += (double)hsum8_halves(v);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++)
+        scores[i] *= inv;
+}
+
+/* ggml_vec_dot_f16's reduction: 4 accumulators of 8 lanes folded
+ * (0+2, 1+3, then 0+1), the halves added, then two pairwise adds. */
+static float reduce_decode(const float acc[32])
+{
+    float x[8];
+    for (int l = 0; l < 8; l++) {
+        float a = acc[l] + acc[16 + l];
+        float b = acc[8 + l] + acc[24 + l];
+        x[l] = a + b;
+    }
+    float t[4];
+    for (int l = 0; l < 4; l++)
+        t[l] = x[l] + x[l + 4];
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+ENG_FMA_CLONES float eng_dot_f16(eng_dot_kind kind, const eng_f16 *a, size_t a_stride,
+                                 const eng_f16 *b, size_t n)
+{
+    if (kind == ENG_DOT_DECODE) {
+        float acc[32] = {0};
+        size_t whole = n - n % 32;
+        for (size_t i = 0; i < whole; i++)
+            acc[i % 32] = fmaf(eng_f16_to_f32(a[i * a_stride]), eng_f16_to_f32(b[i]), acc[i % 32]);
+        double sum = (double)reduce_decode(acc);
+        for (size_t i = whole; i < n; i++) /* leftovers: products added in double */
+            sum += (double)(eng_f16_to_f32(a[i * a_stride]) * eng_f16_to_f32(b[i]));
+        return (float)sum;
+    }
+    float acc[8] = {0};
+    for (size_t i = 0; i < n; i++)
+        acc[i % 8] = fmaf(eng_f16_to_f32(a[i * a_stride]), eng_f16_to_f32(b[i]), acc[i % 8]);
+    return hsum8_halves(acc);
+}
+
+ENG_FMA_CLONES void eng_dot_f16_rows(eng_dot_kind kind, const eng_f16 *v, size_t v_stride,
+                                     const eng_f16 *w, size_t n, size_t dim, float *out)
+{
+    /* Positions past n have zero weight in llama.cpp's padded cache: a fused
+     * add of 0 * v leaves a lane as it was, so lanes see positions [0, n)
+     * only and the sums come out the same. */
+    enum { MAX_DIM = 512 };
+    float acc[MAX_DIM][32];
+    const size_t lanes = kind == ENG_DOT_DECODE ? 32 : 8;
+    if (dim > MAX_DIM)
+        dim = MAX_DIM; /* the model checks head_dim at load */
+    for (size_t d = 0; d < dim; d++)
+        memset(acc[d], 0, lanes * sizeof(float));
+    for (size_t j = 0; j < n; j++) {
+        const float wj = eng_f16_to_f32(w[j]);
+        const eng_f16 *row = v + j * v_stride;
+        const size_t lane = j % lanes;
+        for (size_t d = 0; d < dim; d++)
+            acc[d][lane] = fmaf(eng_f16_to_f32(row[d]), wj, acc[d][lane]);
+    }
+    for (size_t d = 0; d < dim; d++)
+        out[d] = kind == ENG_DOT_DECODE ? reduce_decode(acc[d]) : hsum8_halves(acc[d]);
+}
