@@ -51,15 +51,16 @@ void eng_rope_table(int64_t pos, float base, uint32_t n_rot, uint32_t head_dim, 
 }
 
 /* ggml's build contracts the rotation into fused operations: the first of
- * a pair x0*c - (x1*s) with x1*s rounded, the second x1*c + (x0*s) with
- * x0*s rounded (its vector loop's lane order). */
+ * a pair x0*c - (x1*s) with x1*s rounded, the second x0*s + (x1*c) with
+ * x1*c rounded (checked against its tensors, every value of several
+ * layers bit for bit). */
 ENG_FMA_CLONES void eng_rope_apply(float *x, const float *cs, uint32_t n_rot)
 {
     for (uint32_t i = 0; i + 1 < n_rot; i += 2) {
         const float x0 = x[i], x1 = x[i + 1];
         const float c = cs[i], s = cs[i + 1];
         x[i] = fmaf(x0, c, -(x1 * s));
-        x[i + 1] = fmaf(x1, c, x0 * s);
+        x[i + 1] = fmaf(x0, s, x1 * c);
     }
 }
 
