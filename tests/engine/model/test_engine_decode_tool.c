@@ -1,0 +1,140 @@
+/* ortmem-decode from the outside: each kind of bad input (a missing or cut
+ * file, another architecture, an unknown tensor type, a prompt longer than
+ * the context, a prompt that is not UTF-8) is one line on stderr and exit
+ * status 2; a greedy run reports its tokens, speed and memory in JSON. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "child.h"
+#include "json_scan.h"
+#include "synth_gguf.h"
+#include "tmpdir.h"
+
+static const char *decode_exe(void)
+{
+    const char *exe = getenv("ORTMEM_DECODE");
+    cr_assert_not_null(exe, "ORTMEM_DECODE is not set (meson sets it)");
+    return exe;
+}
+
+static void setup(void)
+{
+    tmpdir_make("engine-decode");
+}
+
+static void teardown(void)
+{
+    tmpdir_remove();
+}
+
+TestSuite(engine_decode_tool, .init = setup, .fini = teardown, .timeout = 240);
+
+/* Exit status 2 and exactly one line on stderr that holds want. */
+static void refused(const char *const *args, const char *want)
+{
+    child_result r = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(r.status, 2, "exit status %d; stderr: %s", r.status, r.err);
+    size_t len = strlen(r.err);
+    cr_assert(len > 0 && r.err[len - 1] == '\n' && strchr(r.err, '\n') == r.err + len - 1,
+              "not one line: %s", r.err);
+    cr_assert(strncmp(r.err, "ortmem-decode: ", 15) == 0, "%s", r.err);
+    cr_assert(strstr(r.err, want), "\"%s\" is not in: %s", want, r.err);
+    cr_assert_str_eq(r.out, "");
+    child_result_free(&r);
+}
+
+static const char *synth(const char *name, const synth_options *o)
+{
+    const char *path = tmp_path(name);
+    synth_gguf_write(path, o);
+    return path;
+}
+
+Test(engine_decode_tool, a_missing_model_file)
+{
+    const char *args[] = {"-p", "Hello", "--model", "/nonexistent/model.gguf", NULL};
+    refused(args, "cannot read the model /nonexistent/model.gguf");
+}
+
+Test(engine_decode_tool, a_cut_model_file)
+{
+    synth_options o = {.truncate_to = 3000};
+    const char *args[] = {"-p", "Hello", "--model", synth("cut.gguf", &o), NULL};
+    refused(args, "cannot load");
+}
+
+Test(engine_decode_tool, another_architecture)
+{
+    synth_options o = {.arch = "gpt2"};
+    const char *args[] = {"-p", "Hello", "--model", synth("gpt2.gguf", &o), NULL};
+    refused(args, "\"gpt2\"");
+}
+
+Test(engine_decode_tool, an_unknown_tensor_type)
+{
+    synth_options o = {.retype_tensor = "blk.1.ffn_down.weight", .new_type = 99};
+    const char *args[] = {"-p", "Hello", "--model", synth("type99.gguf", &o), NULL};
+    refused(args, "cannot load");
+}
+
+Test(engine_decode_tool, a_prompt_longer_than_the_context)
+{
+    const char *args[] = {"-p", "The capital of France is a city on the Seine", "--ctx", "4", NULL};
+    refused(args, "the context holds 4");
+}
+
+Test(engine_decode_tool, a_prompt_that_is_not_utf8)
+{
+    const char *args[] = {"-p", "caf\xc3 au lait", NULL};
+    refused(args, "not valid UTF-8 (byte 3)");
+}
+
+Test(engine_decode_tool, bad_options)
+{
+    const char *no_prompt[] = {"-n", "4", NULL};
+    refused(no_prompt, "no prompt");
+    const char *bad_count[] = {"-p", "Hi", "-n", "four", NULL};
+    refused(bad_count, "\"four\"");
+    const char *bad_threads[] = {"-p", "Hi", "--threads", "0", NULL};
+    refused(bad_threads, "--threads");
+}
+
+/* Greedy, 8 tokens: llama.cpp's first 8 for this prompt (the reference
+ * file's "capital" prompt), and a report whose numbers hold together. */
+Test(engine_decode_tool, a_greedy_run_reports_in_json)
+{
+    const char *args[] = {"-p", "The capital of France is", "-n", "8", "--json", NULL};
+    child_result r = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(r.status, 0, "exit status %d; stderr: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "\"prompt_tokens\": [504, 3575, 282, 4649, 314]"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"tokens\": [7042, 30, 198, 198, 504, 1797, 1918, 553]"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"text\": \" Paris.\\n\\nThe"), "%s", r.out);
+    uint64_t committed = json_number(r.out, "kv_committed_bytes");
+    uint64_t live = json_number(r.out, "kv_live_bytes");
+    cr_assert_eq(live, 12 * 23040, "12 tokens of 23040 bytes (30 layers, 3 KV heads, 64, F16)");
+    cr_assert_geq(committed, live);
+    cr_assert_leq(json_number(r.out, "kv_overcommit_bytes"),
+                  json_number(r.out, "kv_overcommit_bound_bytes"));
+    cr_assert_geq(json_number(r.out, "weights_resident_bytes"), 90000000);
+    cr_assert_gt(json_number(r.out, "peak_rss_bytes"), 0);
+    cr_assert_gt(json_number(r.out, "prefill_tok_s"), 0);
+    cr_assert_gt(json_number(r.out, "decode_tok_s"), 0);
+    child_result_free(&r);
+}
+
+/* The text streams to stdout as it is produced; --stats adds the report on
+ * stderr. */
+Test(engine_decode_tool, streaming_text_and_stats)
+{
+    const char *args[] = {"-p", "The capital of France is", "-n", "4", "--stats", NULL};
+    child_result r = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(r.status, 0, "exit status %d; stderr: %s", r.status, r.err);
+    cr_assert_str_eq(r.out, " Paris.\n\n\n");
+    cr_assert(strstr(r.err, "decode: 3 tokens"), "%s", r.err);
+    cr_assert(strstr(r.err, "kv: "), "%s", r.err);
+    cr_assert(strstr(r.err, "weights resident: "), "%s", r.err);
+    cr_assert(strstr(r.err, "holder"), "the ledger table: %s", r.err);
+    child_result_free(&r);
+}
