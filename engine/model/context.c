@@ -147,6 +147,7 @@ ortmem_status eng_context_create(eng_model *m, const eng_context_options *option
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
     c->isa = eng_isa_detect();
+    eng_numerics_init();
     ortmem_status st = eng_pool_create(threads, &c->pool, err);
     if (st != ORTMEM_OK)
         goto fail;

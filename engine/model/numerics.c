@@ -1,6 +1,7 @@
 #include "model/numerics.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* Functions with fused multiply-adds in their loops are built twice, with
@@ -24,6 +25,27 @@ static uint32_t f32_to_bits(float f)
     uint32_t b;
     memcpy(&b, &f, sizeof b);
     return b;
+}
+
+/* Every half's float, built once: attention converts each key and value
+ * element it reads, and the table does it without branches. */
+static float half_table[1 << 16];
+static pthread_once_t half_table_once = PTHREAD_ONCE_INIT;
+
+static void half_table_fill(void)
+{
+    for (uint32_t h = 0; h < (1u << 16); h++)
+        half_table[h] = eng_f16_to_f32((eng_f16)h);
+}
+
+void eng_numerics_init(void)
+{
+    pthread_once(&half_table_once, half_table_fill);
+}
+
+static inline float half(eng_f16 h)
+{
+    return half_table[h];
 }
 
 void eng_rms_norm(const float *x, const float *w, size_t n, float eps, float *y)
@@ -152,15 +174,15 @@ ENG_FMA_CLONES float eng_dot_f16(eng_dot_kind kind, const eng_f16 *a, size_t a_s
         float acc[32] = {0};
         size_t whole = n - n % 32;
         for (size_t i = 0; i < whole; i++)
-            acc[i % 32] = fmaf(eng_f16_to_f32(a[i * a_stride]), eng_f16_to_f32(b[i]), acc[i % 32]);
+            acc[i % 32] = fmaf(half(a[i * a_stride]), half(b[i]), acc[i % 32]);
         double sum = (double)reduce_decode(acc);
         for (size_t i = whole; i < n; i++) /* leftovers: products added in double */
-            sum += (double)(eng_f16_to_f32(a[i * a_stride]) * eng_f16_to_f32(b[i]));
+            sum += (double)(half(a[i * a_stride]) * half(b[i]));
         return (float)sum;
     }
     float acc[8] = {0};
     for (size_t i = 0; i < n; i++)
-        acc[i % 8] = fmaf(eng_f16_to_f32(a[i * a_stride]), eng_f16_to_f32(b[i]), acc[i % 8]);
+        acc[i % 8] = fmaf(half(a[i * a_stride]), half(b[i]), acc[i % 8]);
     return hsum8_halves(acc);
 }
 
@@ -178,11 +200,11 @@ ENG_FMA_CLONES void eng_dot_f16_rows(eng_dot_kind kind, const eng_f16 *v, size_t
     for (size_t d = 0; d < dim; d++)
         memset(acc[d], 0, lanes * sizeof(float));
     for (size_t j = 0; j < n; j++) {
-        const float wj = eng_f16_to_f32(w[j]);
+        const float wj = half(w[j]);
         const eng_f16 *row = v + j * v_stride;
         const size_t lane = j % lanes;
         for (size_t d = 0; d < dim; d++)
-            acc[d][lane] = fmaf(eng_f16_to_f32(row[d]), wj, acc[d][lane]);
+            acc[d][lane] = fmaf(half(row[d]), wj, acc[d][lane]);
     }
     for (size_t d = 0; d < dim; d++)
         out[d] = kind == ENG_DOT_DECODE ? reduce_decode(acc[d]) : hsum8_halves(acc[d]);

@@ -35,6 +35,10 @@ void eng_swiglu(const float *x, const float *g, size_t n, float *y);
  * the float of 1/sum. */
 void eng_softmax(float *scores, size_t n);
 
+/* Builds the half-to-float table the products below read; once per
+ * process, before the first of them (thread-safe). */
+void eng_numerics_init(void);
+
 /* The two ways llama.cpp forms an F16 dot product in attention:
  * decode (one token: ggml_vec_dot_f16, 4 x 8 accumulators) and batch
  * (several tokens: the tiled GEMM, one 8-lane accumulator). Each sums
