@@ -48,8 +48,9 @@ static ortmem_kv_geometry kv_geometry(const eng_hparams *hp, ortmem_kv_layout la
 }
 
 /* The layout whose stable range commits the least for the typical
- * sequence (a quarter of the context, as the strategy's auto assumes);
- * head-major first on a tie. */
+ * sequence (a quarter of the context, as the strategy's auto assumes); on a
+ * tie the one with the smaller floor (fewer fragments: less committed while
+ * a sequence is short). */
 static ortmem_status choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layout *out,
                                    uint64_t *full_commit, eng_error *err)
 {
@@ -58,15 +59,17 @@ static ortmem_status choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layou
     if (st != ORTMEM_OK)
         return eng_from_ortmem(err, st, "the backend's granule");
     uint64_t typical = n_ctx / 4 ? n_ctx / 4 : 1;
-    uint64_t best = UINT64_MAX;
+    uint64_t best = UINT64_MAX, best_floor = UINT64_MAX;
     for (int l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
         ortmem_kv_geometry g = kv_geometry(&m->hp, (ortmem_kv_layout)l);
         g.granule = granule;
         ortmem_kv_eval ev = {.struct_size = sizeof ev};
         if ((st = ortmem_kv_evaluate(&g, typical, n_ctx, 1, 0, 0, &ev)) != ORTMEM_OK)
             return eng_from_ortmem(err, st, "the KV geometry");
-        if (ev.committed_bytes < best) {
+        if (ev.committed_bytes < best ||
+            (ev.committed_bytes == best && ev.floor_bytes < best_floor)) {
             best = ev.committed_bytes;
+            best_floor = ev.floor_bytes;
             *out = (ortmem_kv_layout)l;
         }
     }
