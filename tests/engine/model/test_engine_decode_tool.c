@@ -138,3 +138,21 @@ Test(engine_decode_tool, streaming_text_and_stats)
     cr_assert(strstr(r.err, "holder"), "the ledger table: %s", r.err);
     child_result_free(&r);
 }
+
+/* --chat renders the prompt with the model's template (its default system
+ * message first) and parses the special tokens: llama.cpp's ids for the
+ * reference file's "chat" prompt, then its first greedy tokens. */
+Test(engine_decode_tool, a_chat_prompt_goes_through_the_template)
+{
+    const char *args[] = {
+        "-p", "What is the tallest mountain in the world?", "--chat", "-n", "4", "--json", NULL};
+    child_result r = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(r.status, 0, "exit status %d; stderr: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "\"prompt_tokens\": [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, "
+                            "3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, "
+                            "4093, 198, 1780, 314, 260, 31469, 6740, 281, 260, 905, 47, 2, 198, 1, "
+                            "520, 9531, 198]"),
+              "%s", r.out);
+    cr_assert(strstr(r.out, "\"tokens\": [504, 31469, 6740, 281]"), "%s", r.out);
+    child_result_free(&r);
+}
