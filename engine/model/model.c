@@ -380,10 +380,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     ortmem_status st = eng_gguf_open(path, &m->gguf, err);
     if (st != ORTMEM_OK)
         goto fail;
-    if ((st = read_hparams(m->gguf, &m->hp, err)) != ORTMEM_OK) {
-        eng_wrap(err, "%s", path);
+    if ((st = read_hparams(m->gguf, &m->hp, err)) != ORTMEM_OK)
         goto fail;
-    }
     const eng_hparams *hp = &m->hp;
     size_t max_specs = 3 + 9 * (size_t)hp->n_layer;
     specs = calloc(max_specs, sizeof *specs);
@@ -395,10 +393,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     }
     size_t nspec = build_specs(hp, specs);
     for (size_t i = 0; i < nspec; i++)
-        if ((st = check_tensor(m->gguf, &specs[i], err)) != ORTMEM_OK) {
-            eng_wrap(err, "%s", path);
+        if ((st = check_tensor(m->gguf, &specs[i], err)) != ORTMEM_OK)
             goto fail;
-        }
     m->hp.tied_output = specs[nspec - 1].found == NULL;
 
     uint64_t data_start = 0;
@@ -500,6 +496,9 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     *out = m;
     return ORTMEM_OK;
 fail:
+    /* Every message names the file once (the reader's already do). */
+    if (err && strncmp(err->message, path, strlen(path)) != 0)
+        eng_wrap(err, "%s", path);
     free(specs);
     free(table);
     model_free(m);

@@ -446,7 +446,7 @@ int main(int argc, char **argv)
     mo.progress = load_progress;
     if (eng_model_load(path, &mo, &model, &err) != ORTMEM_OK)
         return cli_fail(PROGRAM, err.status == ORTMEM_E_NOMEM ? EXIT_FAILED : EXIT_USAGE,
-                        "cannot load %s: %s", path, err.message);
+                        "cannot load the model %s", err.message);
     const eng_hparams *hp = eng_model_hparams(model);
     if (o.n_ctx > hp->n_ctx_train) {
         eng_model_destroy(model, NULL);
