@@ -50,6 +50,12 @@ SCENARIOS = [
      "time for the whole growth"),
     ("gpu_arena_trace", "The arena_mixed_trace allocation trace on the device: ortmem arena vs "
      "cuMemAlloc/cuMemFree and PyTorch's caching allocator", "time per replay of the trace"),
+    ("gpu_offload_stream", "1 GiB of weights (32 tensors of 32 MiB, pinned staging) host to "
+     "device: the residency cache's ring and page-in vs raw cuMemcpyHtoDAsync of the same bytes",
+     "time per GiB moved"),
+    ("gpu_offload_decode", "A decode-shaped loop over 1 GiB of weights (64 x 16 MiB), budget "
+     "512 MiB, scan-resistant: stall time vs the streamed bytes at the raw bandwidth",
+     "time per decode step (ortmem) / per GiB copied (raw)"),
 ]
 
 CALLS = ("calls", "calls map / set-access / unmap / create / release")
@@ -90,8 +96,29 @@ TRACE_COLUMNS = [
     ("first_replay_us", "cold replay µs"),
     ("python_loop_us", "python loop µs"),
 ]
+OFFLOAD_COLUMNS = [
+    ("GBps", "GB/s"),
+    ("streamed_bytes_per_step", "streamed/step"),
+    ("hit_bytes_per_step", "hit/step"),
+    ("stall_ms_per_step", "stall ms/step"),
+    ("stall_GBps", "streamed / stall GB/s"),
+    ("step_ms", "step ms"),
+    ("evictions_per_step", "evictions/step"),
+    ("page_ins_per_iteration", "page-ins"),
+    CALLS,
+]
 COLUMNS = {"gpu_granule_commit": COMMIT_COLUMNS, "gpu_run64_commit": COMMIT_COLUMNS,
-           "gpu_extent_1gib": COMMIT_COLUMNS + [("commit_us_per_2mib", "commit µs/2 MiB")],
+           "gpu_extent_1gib": COMMIT_COLUMNS + [("commit_us_per_2mib", "commit µs/2 MiB"),
+                                                ("driver_commit_us_per_granule",
+                                                 "in the driver µs/granule"),
+                                                ("own_commit_us_per_granule",
+                                                 "ortmem's own µs/granule"),
+                                                ("create_us", "1 handle: create µs"),
+                                                ("map_us", "map µs"),
+                                                ("set_access_us", "set-access µs"),
+                                                ("unmap_us", "unmap µs"),
+                                                ("release_us", "release µs")],
+           "gpu_offload_stream": OFFLOAD_COLUMNS, "gpu_offload_decode": OFFLOAD_COLUMNS,
            "gpu_arena_trace": TRACE_COLUMNS}
 # Counters compared as ratios too (ortmem / baseline).
 RATIO_COUNTERS = {

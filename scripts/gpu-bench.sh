@@ -12,8 +12,9 @@
 #    build-gpu-bench/ (release, -Dcuda=enabled -Dbench=true -Dtests=false);
 # 3. writes the allocation trace ($OUT/trace.txt), runs the main job's KV
 #    workload on the GPU (ortmem-kvdemo --backend cuda --json, at most 120 s)
-#    into $OUT/kvdemo_cuda.json, with its backend calls per request after the
-#    warm-up printed, runs ortmem-gpu-bench (5
+#    into $OUT/kvdemo_cuda.json, and again with --prewarm on into
+#    $OUT/kvdemo_cuda_prewarm.json, with the backend calls per request after
+#    the warm-up printed, runs ortmem-gpu-bench (5
 #    repetitions, shuffled together) into $OUT/gpu_bench.json, then
 #    bench/torch_trace.py over the same trace (PyTorch's caching allocator,
 #    with and without expandable segments, one process each) into
@@ -111,25 +112,36 @@ fi
 step "trace"
 "$bench" --ortmem_write_trace="$OUT/trace.txt" || { echo "gpu-bench: the trace was not written"; return 1; }
 
-step "ortmem-kvdemo --backend cuda --json (the main job's KV workload on the GPU)"
 kvdemo=$build/tools/kvdemo/ortmem-kvdemo
-kv_err=$( { bounded 120 "$kvdemo" --backend cuda --json >"$OUT/kvdemo_cuda.json"; } 2>&1)
-rc=$?
-[ -n "$kv_err" ] && echo "$kv_err"
-if [ "$rc" -eq 0 ]; then
-  # Per configuration: backend calls per request after the warm-up (all five summed).
-  python3 -c 'import json,sys
+# Runs the main job's KV workload on the GPU with the extra flags given, into
+# $OUT/$1, and prints each configuration's backend calls per request after
+# the warm-up.
+run_kvdemo() {
+  local out=$1; shift
+  step "ortmem-kvdemo --backend cuda --json $* (the main job's KV workload on the GPU)"
+  local kv_err rc
+  kv_err=$( { bounded 120 "$kvdemo" --backend cuda --json "$@" >"$OUT/$out"; } 2>&1)
+  rc=$?
+  [ -n "$kv_err" ] && echo "$kv_err"
+  if [ "$rc" -eq 0 ]; then
+    # Per configuration: backend calls per request after the warm-up (all five summed).
+    python3 -c 'import json,sys
 d = json.load(open(sys.argv[1]))
 for c in d["configurations"]:
     a = c["backend_calls"]["all"]
-    print("%-12s %-7s calls: total %d, warm-up %d, per request after it: mean %.1f, max %d; %.1f s" % (c["layout"], c["strategy"], a["total"], a["warmup"], a["per_request_mean"], a["per_request_max"], c["seconds"]))' "$OUT/kvdemo_cuda.json"
-  note "ortmem-kvdemo --backend cuda: ran, no corruption ($OUT/kvdemo_cuda.json)"
-elif [ "$rc" -eq 2 ]; then
-  note "ortmem-kvdemo --backend cuda: skipped: $kv_err"
-else
-  failed=1
-  note "ortmem-kvdemo --backend cuda: exit status $rc$( ((rc == 124 || rc == 137)) && echo " (stopped at the time limit)") (1: a corruption or a failure, in $OUT/kvdemo_cuda.json)"
-fi
+    print("%-12s %-7s calls: total %d, warm-up %d, per request after it: mean %.1f, max %d; %.1f s" % (c["layout"], c["strategy"], a["total"], a["warmup"], a["per_request_mean"], a["per_request_max"], c["seconds"]))' "$OUT/$out"
+    note "ortmem-kvdemo --backend cuda $*: ran, no corruption ($OUT/$out)"
+  elif [ "$rc" -eq 2 ]; then
+    note "ortmem-kvdemo --backend cuda $*: skipped: $kv_err"
+  else
+    failed=1
+    note "ortmem-kvdemo --backend cuda $*: exit status $rc$( ((rc == 124 || rc == 137)) && echo " (stopped at the time limit)") (1: a corruption or a failure, in $OUT/$out)"
+  fi
+}
+run_kvdemo kvdemo_cuda.json
+# Ranges prewarmed to the workload's prompt lengths: no driver call per
+# request once warm (docs/memory/KV.md, Prewarming).
+run_kvdemo kvdemo_cuda_prewarm.json --prewarm on
 
 step "ortmem-gpu-bench (5 repetitions, shuffled together)"
 # Leave time for the torch replays and the tables.

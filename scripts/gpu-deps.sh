@@ -3,7 +3,8 @@
 # which has no package registry: Debian's Criterion (libcriterion3 and
 # libcriterion-dev) with every runtime library it needs, jansson (tools/geom
 # links it), Google Benchmark (libbenchmark1debian and libbenchmark-dev, for
-# ortmem-gpu-bench) and pkgconf, downloaded with apt-get download into
+# ortmem-gpu-bench), jemalloc (pinned staging's private copy), PCRE2 (the
+# engine's tokenizer) and pkgconf, downloaded with apt-get download into
 # .deps/debs and unpacked with dpkg -x into .deps/root. scripts/gpu-suite.sh
 # and scripts/gpu-bench.sh point pkg-config, the compiler, the linker and the
 # loader at it there (scripts/gpu-env.sh).
@@ -28,8 +29,8 @@ arch=$(dpkg --print-architecture)
 
 # The runtime closure of what the GPU build links or runs, plus the -dev
 # packages themselves (headers, .pc files, the unversioned .so links).
-runtime=(libcriterion3 libjansson4 libbenchmark1debian pkgconf-bin libpkgconf3)
-dev=(libcriterion-dev libjansson-dev libbenchmark-dev)
+runtime=(libcriterion3 libjansson4 libbenchmark1debian pkgconf-bin libpkgconf3 libjemalloc2 libpcre2-8-0)
+dev=(libcriterion-dev libjansson-dev libbenchmark-dev libjemalloc-dev libpcre2-dev)
 base='^(libc6|libgcc-s1|gcc-[0-9]+-base|libstdc\+\+6|libcrypt1|debconf)$'
 closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
             --no-breaks --no-replaces --no-enhances "${runtime[@]}" 2>/dev/null |

@@ -338,6 +338,7 @@ Test(offload_cache, page_in_evict_page_in_at_the_same_pointer)
     cr_assert_eq(s.misses, NT + 1);
     cr_assert_eq(s.bytes_moved, moved + tensor_bytes(0));
     cr_assert_eq(s.stalls, 0); /* CPU events complete at once */
+    cr_assert_eq(s.stall_ns, 0);
     EXPECT_STATUS(ortmem_residency_release(fx.cache, 0), ORTMEM_E_STATE);
     destroy_all();
 }
@@ -1073,6 +1074,8 @@ Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes
     cr_assert_eq(mismatch(fx.cpu, p, 0), tensor_bytes(0));
     OK(ortmem_residency_release(fx.cache, 0));
     cr_assert_eq(cache_stats().stalls, 1);
+    uint64_t copy_stall_ns = cache_stats().stall_ns;
+    cr_assert_gt(copy_stall_ns, 0, "the wait for the copy's event took no time");
     /* The compute stream has not finished: the evicted slot stays mapped and
      * charged, counted as retiring, not resident. */
     slow.busy_left = 1000000;
@@ -1095,6 +1098,7 @@ Test(offload_cache, a_pending_copy_stalls_and_a_pending_eviction_keeps_its_bytes
     cr_assert_eq(s.retiring_bytes, 0);
     cr_assert_eq(s.resident_bytes, slot_bytes(0));
     cr_assert_eq(s.stalls, 2);
+    cr_assert_gt(s.stall_ns, copy_stall_ns, "the wait for the eviction took no time");
     cr_assert_eq(s.page_ins, 2);
     cr_assert_eq(s.evictions, 1);
     ledger_matches_cache();
@@ -1134,9 +1138,12 @@ Test(offload_cache, a_ring_slot_is_refilled_only_after_its_last_reader_on_the_co
     OK(ortmem_residency_release(fx.cache, 1));
     cr_assert_eq(slow.late_records, 2);
     /* Its reader done already: the refill does not stall. */
+    uint64_t reader_stall_ns = cache_stats().stall_ns;
+    cr_assert_gt(reader_stall_ns, 0);
     OK(ortmem_residency_acquire(fx.cache, 0, &q));
     cr_assert_eq(mismatch(fx.cpu, q, 0), tensor_bytes(0));
     cr_assert_eq(cache_stats().stalls, 1);
+    cr_assert_eq(cache_stats().stall_ns, reader_stall_ns);
     /* The release cannot record its event: it still succeeds, and the next
      * refill records one on the compute stream itself and waits for it. */
     slow.fail_late_records = 1;

@@ -267,6 +267,8 @@ typedef struct ortmem_residency_stats {
     uint64_t retiring_bytes;  /* evicted slots whose fence-ordered decommit is pending */
     uint64_t refusals;        /* acquires refused (budget, pins, file checks) */
     uint64_t reclaimed_bytes; /* given back under pressure */
+    uint64_t stall_ns;        /* time the stalls took: acquires waiting for copies to land,
+                                 for a ring slot's last reader, for pending evictions */
 } ortmem_residency_stats;
 
 /* Reserves a slot per catalogued tensor (one region, one granule-aligned

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -80,7 +81,12 @@ static void om_count_blockers(const ortmem_residency_cache *c, uint32_t *pinned,
 static void om_wait_retiring(ortmem_residency_cache *c)
 {
     c->stats.stalls++;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     (void)ortmem_authority_drain(c->authority, 1000, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c->stats.stall_ns +=
+        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
     om_collect(c);
 }
 
@@ -468,6 +474,7 @@ ortmem_status ortmem_residency_stats_get(ortmem_residency_cache *c, ortmem_resid
     om_collect(c);
     ortmem_residency_stats s = c->stats;
     s.retiring_bytes = c->retiring_bytes;
+    s.stall_ns += om_slots_stall_ns(c->slots);
     pthread_mutex_unlock(&c->lock);
     s.struct_size = stats->struct_size;
     memcpy(stats, &s, stats->struct_size);

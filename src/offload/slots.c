@@ -4,6 +4,7 @@
 
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -25,8 +26,21 @@ struct om_slots {
     size_t granule;
     uint32_t count;
     uint32_t retiring;
+    uint64_t stall_ns; /* time spent waiting on copies and last readers */
     om_slot *slot;
 };
+
+static uint64_t om_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t om_slots_stall_ns(const om_slots *s)
+{
+    return s->stall_ns;
+}
 
 ortmem_status om_slots_create(ortmem_authority *authority, const ortmem_account *account,
                               const uint64_t *bytes, uint32_t count, om_slots **out)
@@ -119,10 +133,15 @@ static ortmem_status om_slots_copy(om_slots *s, uint32_t i, const void *host, ui
     st = ortmem_backend_event_record(s->backend, stream, &event);
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "slot %u: recording the copy's event", i);
+    uint64_t waited_since = 0;
     while ((st = ortmem_backend_event_query(s->backend, event)) == ORTMEM_E_BUSY) {
+        if (!*stalled)
+            waited_since = om_monotonic_ns();
         *stalled = true;
         sched_yield();
     }
+    if (*stalled)
+        s->stall_ns += om_monotonic_ns() - waited_since;
     if (st != ORTMEM_OK) {
         om_error_saved saved;
         om_error_save(&saved);
@@ -186,10 +205,16 @@ static ortmem_status om_slots_wait_readers(om_slots *s, uint32_t i, bool *stalle
     if (!sl->reader_pending)
         return ORTMEM_OK;
     ortmem_status st;
+    uint64_t waited_since = 0;
+    bool waited = false;
     while ((st = ortmem_backend_event_query(s->backend, sl->reader_event)) == ORTMEM_E_BUSY) {
-        *stalled = true;
+        if (!waited)
+            waited_since = om_monotonic_ns();
+        waited = *stalled = true;
         sched_yield();
     }
+    if (waited)
+        s->stall_ns += om_monotonic_ns() - waited_since;
     if (st != ORTMEM_OK)
         return om_error_wrap(st, "slot %u: waiting for its last reader's event", i);
     om_slots_drop_reader(s, sl);

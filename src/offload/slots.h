@@ -59,5 +59,8 @@ void om_slots_collect(om_slots *s, void (*done)(void *ctx, uint32_t slot, om_slo
                       void *ctx);
 /* Slots RETIRING now. */
 uint32_t om_slots_retiring(const om_slots *s);
+/* Nanoseconds spent waiting for copies to land and for ring slots' last
+ * readers, since creation. */
+uint64_t om_slots_stall_ns(const om_slots *s);
 
 #endif

@@ -15,6 +15,11 @@
 //                       across growth with zero re-captures; bucket growth
 //                       moves the binding (counted as a needed re-capture) and
 //                       carries the bytes along on the device.
+//   offload_ring_graph  a graph captured over a residency cache's ring slot
+//                       and a pinned resident slot replays across ring
+//                       refills with no re-capture, reading each refill's
+//                       sentinel; a refill waits for the replay still reading
+//                       the slot (the release's event on the compute stream).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -24,6 +29,7 @@
 
 #include <ortmem/governance.h>
 #include <ortmem/kv.h>
+#include <ortmem/offload.h>
 #include <ortmem/vmm.h>
 
 #define FAIL(...)                                                                                  \
@@ -68,6 +74,15 @@ __global__ void sum_kernel(const unsigned char *p, size_t n, unsigned long long 
          i += (size_t)gridDim.x * blockDim.x)
         local += p[i];
     atomicAdd(out, local);
+}
+
+// Spins for about `cycles` clock cycles: a replay that is still running when
+// the host releases the slot it reads.
+__global__ void spin_kernel(long long cycles)
+{
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
 }
 
 static const int kBlocks = 264, kThreads = 256;
@@ -324,6 +339,120 @@ static bool kv_graph_growth()
     return true;
 }
 
+static ortmem_status host_register(void *, void *ptr, size_t bytes)
+{
+    cudaError_t e = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+    return e == cudaSuccess ? ORTMEM_OK
+                            : ortmem_error_set(ORTMEM_E_BACKEND, "cudaHostRegister(%zu) -> %s",
+                                               bytes, cudaGetErrorName(e));
+}
+
+static void host_unregister(void *, void *ptr, size_t)
+{
+    (void)cudaHostUnregister(ptr);
+}
+
+static bool offload_ring_graph()
+{
+    const size_t n = 1 << 20; // bytes per tensor
+    const uint32_t tensors = 4;
+    ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
+    ao.limit_bytes = (uint64_t)1 << 30;
+    ortmem_authority *a = nullptr;
+    OM_OK(ortmem_authority_create(g_backend, &ao, &a));
+    ortmem_staging_options so = ORTMEM_STAGING_OPTIONS_INIT;
+    so.host_register = host_register;
+    so.host_unregister = host_unregister;
+    ortmem_staging *staging = nullptr;
+    OM_OK(ortmem_staging_create(&so, &staging));
+    const char *names[tensors] = {"t0", "t1", "t2", "t3"};
+    ortmem_weight_tensor table[tensors];
+    for (uint32_t i = 0; i < tensors; i++)
+        table[i] = {names[i], 0, n, i, ORTMEM_WEIGHT_MLP, i};
+    ortmem_weight_catalog *catalog = nullptr;
+    OM_OK(ortmem_weight_catalog_create_host(staging, table, tensors, &catalog));
+    for (uint32_t i = 0; i < tensors; i++) {
+        void *host = nullptr;
+        OM_OK(ortmem_weight_catalog_host(catalog, i, &host));
+        std::memset(host, 0x10 + (int)i, n);
+    }
+    cudaStream_t s, copy;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+    // Room for one resident slot and one ring slot: t0 pinned resident, the
+    // others stream through the ring.
+    ortmem_residency_options o = ORTMEM_RESIDENCY_OPTIONS_INIT;
+    o.budget_bytes = 2 * g_granule;
+    o.ring_slots = 1;
+    o.copy_stream = stream_id(copy);
+    o.compute_stream = stream_id(s);
+    ortmem_residency_cache *cache = nullptr;
+    OM_OK(ortmem_residency_cache_create(a, catalog, &o, &cache));
+    OM_OK(ortmem_residency_pin(cache, 0));
+    void *resident = nullptr, *ring = nullptr, *p = nullptr;
+    OM_OK(ortmem_residency_acquire(cache, 0, &resident));
+    OM_OK(ortmem_residency_acquire(cache, 1, &ring));
+    ortmem_residency_stats st;
+    std::memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    OM_OK(ortmem_residency_stats_get(cache, &st));
+    CHECK(st.streamed == 1, "t1 went through the ring (%llu streamed)",
+          (unsigned long long)st.streamed);
+
+    unsigned long long *sums = nullptr;
+    CUDA_OK(cudaMalloc(&sums, 2 * sizeof *sums));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CUDA_OK(cudaMemsetAsync(sums, 0, 2 * sizeof *sums, s));
+    spin_kernel<<<1, 1, 0, s>>>(20000000); // ~10 ms: still running at the release
+    sum_kernel<<<kBlocks, kThreads, 0, s>>>((const unsigned char *)ring, n, sums);
+    sum_kernel<<<kBlocks, kThreads, 0, s>>>((const unsigned char *)resident, n, sums + 1);
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+    for (uint32_t t = 1; t < tensors; t++) {
+        // The replay reads tensor t in the ring slot; the host releases it
+        // at once and refills the slot with the next tensor: the refill must
+        // wait for the replay's reads.
+        CUDA_OK(cudaGraphLaunch(exec, s));
+        OM_OK(ortmem_residency_release(cache, t));
+        if (t + 1 < tensors) {
+            OM_OK(ortmem_residency_acquire(cache, t + 1, &p));
+            CHECK(p == ring, "tensor %u refilled the same ring slot (%p, the ring is %p)", t + 1, p,
+                  ring);
+        }
+        CUDA_OK(cudaStreamSynchronize(s));
+        unsigned long long h[2] = {0, 0};
+        CUDA_OK(cudaMemcpy(h, sums, sizeof h, cudaMemcpyDeviceToHost));
+        CHECK(h[0] == (unsigned long long)(0x10 + t) * n,
+              "replay over tensor %u read sum %llu, want %llu (the refill overtook the replay?)", t,
+              h[0], (unsigned long long)(0x10 + t) * n);
+        CHECK(h[1] == 0x10ull * n, "the pinned resident slot read %llu, want %llu", h[1],
+              0x10ull * n);
+    }
+    OM_OK(ortmem_residency_stats_get(cache, &st));
+    CHECK(st.streamed == tensors - 1, "t1..t3 streamed (%llu)", (unsigned long long)st.streamed);
+    CHECK(st.stalls >= 2, "both refills waited for the replay (%llu stalls)",
+          (unsigned long long)st.stalls);
+    std::printf("  ring refills %u, stalls %llu, stall %.2f ms, bytes moved %llu\n", tensors - 2,
+                (unsigned long long)st.stalls, st.stall_ns / 1e6,
+                (unsigned long long)st.bytes_moved);
+
+    OM_OK(ortmem_residency_release(cache, 0));
+    OM_OK(ortmem_residency_unpin(cache, 0));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaFree(sums));
+    OM_OK(ortmem_residency_cache_destroy(cache));
+    OM_OK(ortmem_weight_catalog_destroy(catalog));
+    OM_OK(ortmem_staging_destroy(staging));
+    CUDA_OK(cudaStreamDestroy(copy));
+    CUDA_OK(cudaStreamDestroy(s));
+    OM_OK(ortmem_authority_destroy(a));
+    return true;
+}
+
 int main()
 {
     int devices = 0;
@@ -359,6 +488,7 @@ int main()
         {"remap_survival", remap_survival},
         {"read_bounded", read_bounded},
         {"kv_graph_growth", kv_graph_growth},
+        {"offload_ring_graph", offload_ring_graph},
     };
     int passed = 0, failed = 0;
     for (auto &t : tests) {
