@@ -4,8 +4,9 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/numerics.h"
 
-#define ENG_MAX_HEAD_DIM 256
+#define ENG_MAX_HEAD_DIM ENG_ATTN_MAX_DIM
 
 typedef struct eng_layer {
     const float *attn_norm, *ffn_norm;

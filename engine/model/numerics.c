@@ -2,7 +2,14 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ENG_AVX2_PATH 1
+#endif
 
 /* Functions with fused multiply-adds in their loops are built twice, with
  * and without FMA instructions, and picked at load time: the results are
@@ -32,10 +39,22 @@ static uint32_t f32_to_bits(float f)
 static float half_table[1 << 16];
 static pthread_once_t half_table_once = PTHREAD_ONCE_INIT;
 
+/* The attention products' AVX2 path: the same lanes, fused adds and
+ * reductions as the scalar code, eight lanes per instruction. Off where
+ * the CPU lacks AVX2, FMA or F16C, or ORTMEM_ENGINE_ISA=scalar (as the
+ * kernels read it). */
+static bool use_avx2;
+
 static void half_table_fill(void)
 {
     for (uint32_t h = 0; h < (1u << 16); h++)
         half_table[h] = eng_f16_to_f32((eng_f16)h);
+#ifdef ENG_AVX2_PATH
+    const char *isa = getenv("ORTMEM_ENGINE_ISA");
+    __builtin_cpu_init();
+    use_avx2 = !(isa && !strcmp(isa, "scalar")) && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
 }
 
 void eng_numerics_init(void)
@@ -167,9 +186,82 @@ static float reduce_decode(const float acc[32])
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
+#ifdef ENG_AVX2_PATH
+#define ENG_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+ENG_AVX2 static inline __m256 load_halves(const eng_f16 *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* eng_dot_f16 for contiguous a. */
+ENG_AVX2 static float dot_f16_avx2(eng_dot_kind kind, const eng_f16 *a, const eng_f16 *b, size_t n)
+{
+    float lanes[32];
+    if (kind == ENG_DOT_DECODE) {
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+        size_t whole = n - n % 32;
+        for (size_t i = 0; i < whole; i += 32)
+            for (int g = 0; g < 4; g++)
+                acc[g] =
+                    _mm256_fmadd_ps(load_halves(a + i + 8 * g), load_halves(b + i + 8 * g), acc[g]);
+        for (int g = 0; g < 4; g++)
+            _mm256_storeu_ps(lanes + 8 * g, acc[g]);
+        double sum = (double)reduce_decode(lanes);
+        for (size_t i = whole; i < n; i++)
+            sum += (double)(half(a[i]) * half(b[i]));
+        return (float)sum;
+    }
+    __m256 acc = _mm256_setzero_ps();
+    size_t whole = n - n % 8;
+    for (size_t i = 0; i < whole; i += 8)
+        acc = _mm256_fmadd_ps(load_halves(a + i), load_halves(b + i), acc);
+    _mm256_storeu_ps(lanes, acc);
+    for (size_t i = whole; i < n; i++)
+        lanes[i % 8] = fmaf(half(a[i]), half(b[i]), lanes[i % 8]);
+    return hsum8_halves(lanes);
+}
+
+/* eng_dot_f16_rows for dim a multiple of 8 (at most ENG_ATTN_MAX_DIM):
+ * each position's row in eight-value vectors into its lane's accumulators. */
+ENG_AVX2 static void dot_f16_rows_avx2(eng_dot_kind kind, const eng_f16 *v, size_t v_stride,
+                                       const eng_f16 *w, size_t n, size_t dim, float *out)
+{
+    __m256 acc[32][ENG_ATTN_MAX_DIM / 8];
+    const size_t lanes = kind == ENG_DOT_DECODE ? 32 : 8, vecs = dim / 8;
+    for (size_t l = 0; l < lanes; l++)
+        for (size_t k = 0; k < vecs; k++)
+            acc[l][k] = _mm256_setzero_ps();
+    for (size_t j = 0; j < n; j++) {
+        const __m256 wj = _mm256_set1_ps(half(w[j]));
+        const eng_f16 *row = v + j * v_stride;
+        __m256 *lane = acc[j % lanes];
+        for (size_t k = 0; k < vecs; k++)
+            lane[k] = _mm256_fmadd_ps(load_halves(row + 8 * k), wj, lane[k]);
+    }
+    float sums[32][8];
+    for (size_t k = 0; k < vecs; k++) {
+        for (size_t l = 0; l < lanes; l++)
+            _mm256_storeu_ps(sums[l], acc[l][k]);
+        for (size_t e = 0; e < 8; e++) {
+            float per_lane[32];
+            for (size_t l = 0; l < lanes; l++)
+                per_lane[l] = sums[l][e];
+            out[8 * k + e] =
+                kind == ENG_DOT_DECODE ? reduce_decode(per_lane) : hsum8_halves(per_lane);
+        }
+    }
+}
+#endif
+
 ENG_FMA_CLONES float eng_dot_f16(eng_dot_kind kind, const eng_f16 *a, size_t a_stride,
                                  const eng_f16 *b, size_t n)
 {
+#ifdef ENG_AVX2_PATH
+    if (use_avx2 && a_stride == 1)
+        return dot_f16_avx2(kind, a, b, n);
+#endif
     if (kind == ENG_DOT_DECODE) {
         float acc[32] = {0};
         size_t whole = n - n % 32;
@@ -192,7 +284,13 @@ ENG_FMA_CLONES void eng_dot_f16_rows(eng_dot_kind kind, const eng_f16 *v, size_t
     /* Positions past n have zero weight in llama.cpp's padded cache: a fused
      * add of 0 * v leaves a lane as it was, so lanes see positions [0, n)
      * only and the sums come out the same. */
-    enum { MAX_DIM = 512 };
+#ifdef ENG_AVX2_PATH
+    if (use_avx2 && dim % 8 == 0 && dim <= ENG_ATTN_MAX_DIM) {
+        dot_f16_rows_avx2(kind, v, v_stride, w, n, dim, out);
+        return;
+    }
+#endif
+    enum { MAX_DIM = ENG_ATTN_MAX_DIM };
     float acc[MAX_DIM][32];
     const size_t lanes = kind == ENG_DOT_DECODE ? 32 : 8;
     if (dim > MAX_DIM)

@@ -48,6 +48,9 @@ typedef enum eng_dot_kind { ENG_DOT_DECODE = 0, ENG_DOT_BATCH = 1 } eng_dot_kind
 /* sum over i < n of a[i*a_stride] * b[i] (halfs; a_stride in elements). */
 float eng_dot_f16(eng_dot_kind kind, const eng_f16 *a, size_t a_stride, const eng_f16 *b, size_t n);
 
+/* The largest head dimension eng_dot_f16_rows handles. */
+#define ENG_ATTN_MAX_DIM 256
+
 /* out[d] = sum over j < n of v(j)[d] * w[j] for d < dim, v(j) = v + j*v_stride
  * (halfs), with the same lane rules (lanes chosen by j). */
 void eng_dot_f16_rows(eng_dot_kind kind, const eng_f16 *v, size_t v_stride, const eng_f16 *w,
