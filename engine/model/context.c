@@ -270,16 +270,14 @@ static void attend_head(void *arg, size_t head)
     const size_t QD = (size_t)hp->n_head * D;
     for (size_t t = j->row0; t < j->n; t++) {
         const float *q = c->q + t * QD + head * D;
-        for (uint32_t d = 0; d < D; d++)
-            q16[d] = eng_f32_to_f16(q[d]);
+        eng_halves_from_floats(q, q16, D);
         const size_t visible = (size_t)(j->p0 + t + 1);
         for (size_t p = 0; p < visible; p++) {
             float s = eng_dot_f16(j->kind, keys + p * k_stride, 1, q16, D);
             scores[p] = s * j->scale;
         }
         eng_softmax(scores, visible);
-        for (size_t p = 0; p < visible; p++)
-            weights[p] = eng_f32_to_f16(scores[p]);
+        eng_halves_from_floats(scores, weights, visible);
         eng_dot_f16_rows(j->kind, values, v_stride, weights, visible, D,
                          c->attn + t * QD + head * D);
     }
@@ -339,10 +337,8 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
                                           pos * c->k_bind[l].token_stride);
                 eng_f16 *vd = (eng_f16 *)((char *)c->v_bind[l].base + h * c->v_bind[l].head_stride +
                                           pos * c->v_bind[l].token_stride);
-                for (size_t d = 0; d < D; d++) {
-                    kd[d] = eng_f32_to_f16(kr[d]);
-                    vd[d] = eng_f32_to_f16(vr[d]);
-                }
+                eng_halves_from_floats(kr, kd, D);
+                eng_halves_from_floats(vr, vd, D);
             }
         }
         /* The last layer feeds only the logits: its rows past the attention

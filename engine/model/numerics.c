@@ -131,15 +131,6 @@ ENG_FMA_CLONES float eng_vexpf(float x)
     return fmaf(s2, j, s2) * s1;
 }
 
-void eng_swiglu(const float *x, const float *g, size_t n, float *y)
-{
-    for (size_t i = 0; i < n; i++) {
-        const float neg = 0.0f - x[i];
-        const float silu = x[i] / (1.0f + eng_vexpf(neg));
-        y[i] = silu * g[i];
-    }
-}
-
 /* The horizontal add of 8 lanes as ggml writes it for AVX: the halves
  * added lane by lane, then (0+2) + (1+3). */
 static float hsum8_halves(const float v[8])
@@ -150,19 +141,121 @@ static float hsum8_halves(const float v[8])
     return (s[0] + s[2]) + (s[1] + s[3]);
 }
 
+#ifdef ENG_AVX2_PATH
+#define ENG_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* eng_vexpf on eight lanes: every lane's operations are the scalar one's. */
+ENG_AVX2 static inline __m256 vexpf_avx2(__m256 x)
+{
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k =
+        _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+            _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    const __m256 fast = _mm256_fmadd_ps(j, k, k);
+    if (!_mm256_movemask_ps(big))
+        return fast;
+    const __m256i g =
+        _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                         _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256 scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
+    return _mm256_blendv_ps(_mm256_blendv_ps(fast, scaled, big), _mm256_mul_ps(s1, s1), huge);
+}
+
+ENG_AVX2 static size_t vexpf_row_avx2(float *x, size_t n)
+{
+    size_t whole = n - n % 8;
+    for (size_t i = 0; i < whole; i += 8)
+        _mm256_storeu_ps(x + i, vexpf_avx2(_mm256_loadu_ps(x + i)));
+    return whole;
+}
+
+ENG_AVX2 static size_t swiglu_avx2(const float *x, const float *g, size_t n, float *y)
+{
+    size_t whole = n - n % 8;
+    for (size_t i = 0; i < whole; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        const __m256 e = vexpf_avx2(_mm256_sub_ps(_mm256_setzero_ps(), xv));
+        const __m256 silu = _mm256_div_ps(xv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(g + i)));
+    }
+    return whole;
+}
+
+ENG_AVX2 static size_t halves_avx2(const float *x, eng_f16 *y, size_t n)
+{
+    size_t whole = n - n % 8;
+    for (size_t i = 0; i < whole; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    return whole;
+}
+#endif
+
+void eng_vexpf_row(float *x, size_t n)
+{
+    size_t done = 0;
+#ifdef ENG_AVX2_PATH
+    if (use_avx2)
+        done = vexpf_row_avx2(x, n);
+#endif
+    for (size_t i = done; i < n; i++)
+        x[i] = eng_vexpf(x[i]);
+}
+
+void eng_halves_from_floats(const float *x, eng_f16 *y, size_t n)
+{
+    size_t done = 0;
+#ifdef ENG_AVX2_PATH
+    if (use_avx2)
+        done = halves_avx2(x, y, n);
+#endif
+    for (size_t i = done; i < n; i++)
+        y[i] = eng_f32_to_f16(x[i]);
+}
+
+void eng_swiglu(const float *x, const float *g, size_t n, float *y)
+{
+    size_t done = 0;
+#ifdef ENG_AVX2_PATH
+    if (use_avx2)
+        done = swiglu_avx2(x, g, n, y);
+#endif
+    for (size_t i = done; i < n; i++) {
+        const float neg = 0.0f - x[i];
+        const float silu = x[i] / (1.0f + eng_vexpf(neg));
+        y[i] = silu * g[i];
+    }
+}
+
 void eng_softmax(float *scores, size_t n)
 {
     float max = -INFINITY;
     for (size_t i = 0; i < n; i++)
         if (scores[i] > max)
             max = scores[i];
+    for (size_t i = 0; i < n; i++)
+        scores[i] = scores[i] - max;
+    eng_vexpf_row(scores, n);
     double sum = 0.0;
     for (size_t i0 = 0; i0 < n; i0 += 8) {
         float v[8] = {0};
-        for (size_t l = 0; l < 8 && i0 + l < n; l++) {
-            v[l] = eng_vexpf(scores[i0 + l] - max);
-            scores[i0 + l] = v[l];
-        }
+        for (size_t l = 0; l < 8 && i0 + l < n; l++)
+            v[l] = scores[i0 + l];
         sum += (double)hsum8_halves(v);
     }
     const float inv = (float)(1.0 / sum);
@@ -187,8 +280,6 @@ static float reduce_decode(const float acc[32])
 }
 
 #ifdef ENG_AVX2_PATH
-#define ENG_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 ENG_AVX2 static inline __m256 load_halves(const eng_f16 *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));

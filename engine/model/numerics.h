@@ -25,6 +25,10 @@ void eng_rope_apply(float *x, const float *cs, uint32_t n_rot);
 
 /* exp(x) as ggml's vectorised expf computes it (a polynomial, not libm). */
 float eng_vexpf(float x);
+/* x[i] = eng_vexpf(x[i]) for i < n (eight at a time where AVX2 is used). */
+void eng_vexpf_row(float *x, size_t n);
+/* y[i] = the half nearest x[i] (ties to even), as eng_f32_to_f16. */
+void eng_halves_from_floats(const float *x, eng_f16 *y, size_t n);
 /* silu(x) * g, through eng_vexpf, over n values (n a multiple of 8, as
  * the vector loop covers every value then). */
 void eng_swiglu(const float *x, const float *g, size_t n, float *y);

@@ -111,3 +111,34 @@ Test(engine_numerics, vexpf_tracks_expf)
     cr_assert_eq(eng_vexpf(-200.0f), 0.0f);
     cr_assert(isinf(eng_vexpf(200.0f)));
 }
+
+/* The rows' exp and halves (eight lanes at a time on the AVX2 path) give the
+ * scalar functions' bits for every float in a sweep of the whole range,
+ * infinities, zeros and NaN included, and densely over [-200, 200] (where
+ * exp's scaled paths start, |x| above 126 and 192 times ln 2). */
+Test(engine_numerics, rows_match_the_scalar_functions)
+{
+    enum { N = 4096, DENSE = 40 };
+    static float x[N], e[N];
+    static eng_f16 h[N];
+    for (uint64_t round = 0; round < 256 + DENSE; round++) {
+        for (size_t i = 0; i < N; i++) {
+            uint32_t bits = (uint32_t)(round * N * 4093 + i * 977);
+            memcpy(&x[i], &bits, sizeof bits);
+            if (round >= 256) /* dense: steps of 400 / (DENSE * N) */
+                x[i] = -200.0f + 400.0f * (float)((round - 256) * N + i) / (float)(DENSE * N);
+        }
+        x[0] = INFINITY, x[1] = -INFINITY, x[2] = 0.0f, x[3] = -0.0f, x[4] = NAN;
+        memcpy(e, x, sizeof e);
+        eng_vexpf_row(e, N);
+        eng_halves_from_floats(x, h, N);
+        for (size_t i = 0; i < N; i++) {
+            float want = eng_vexpf(x[i]);
+            cr_assert(memcmp(&e[i], &want, sizeof want) == 0 || (isnan(e[i]) && isnan(want)),
+                      "exp(%a): row %a, scalar %a", (double)x[i], (double)e[i], (double)want);
+            eng_f16 hw = eng_f32_to_f16(x[i]);
+            cr_assert(h[i] == hw || (isnan(x[i]) && (h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff)),
+                      "half(%a): row 0x%04x, scalar 0x%04x", (double)x[i], h[i], hw);
+        }
+    }
+}
