@@ -337,12 +337,15 @@ static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok
                     eng_sampler *sampler, run_result *r)
 {
     eng_error err = {0};
-    size_t history_cap = r->n_prompt + o->n_predict;
+    /* The context bounds what can be generated, whatever -n says. */
+    const uint64_t limit =
+        o->n_predict < eng_context_n_ctx(ctx) ? o->n_predict : eng_context_n_ctx(ctx);
+    size_t history_cap = r->n_prompt + limit;
     int32_t *history = malloc((history_cap ? history_cap : 1) * sizeof(int32_t));
-    r->ids = malloc((o->n_predict ? o->n_predict : 1) * sizeof(int32_t));
+    r->ids = malloc((limit ? limit : 1) * sizeof(int32_t));
     if (!history || !r->ids) {
         free(history);
-        return cli_fail(PROGRAM, EXIT_FAILED, "no memory for %" PRIu64 " tokens", o->n_predict);
+        return cli_fail(PROGRAM, EXIT_FAILED, "no memory for %" PRIu64 " tokens", limit);
     }
     memcpy(history, r->prompt_ids, r->n_prompt * sizeof(int32_t));
     size_t history_len = r->n_prompt;
@@ -354,7 +357,7 @@ static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok
     r->prefill_s = seconds_now() - t0;
     r->stop = "the token limit";
     t0 = seconds_now();
-    for (uint64_t i = 0; i < o->n_predict; i++) {
+    for (uint64_t i = 0; i < limit; i++) {
         int32_t id = 0;
         if (eng_sample(sampler, eng_context_logits(ctx), history, history_len, &id, &err) !=
             ORTMEM_OK) {
@@ -376,7 +379,7 @@ static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok
         }
         if (!o->json)
             text_stream(&r->text, false);
-        if (i + 1 == o->n_predict)
+        if (i + 1 == limit)
             break;
         if (eng_context_length(ctx) >= eng_context_n_ctx(ctx)) {
             r->stop = "a full context";

@@ -156,3 +156,18 @@ Test(engine_decode_tool, a_chat_prompt_goes_through_the_template)
     cr_assert(strstr(r.out, "\"tokens\": [504, 31469, 6740, 281]"), "%s", r.out);
     child_result_free(&r);
 }
+
+/* A full context ends generation, however many tokens -n asks for: 12
+ * tokens hold the 5 of the prompt and 7 decoded ones, and the 8th comes
+ * from the last logits. */
+Test(engine_decode_tool, a_full_context_ends_generation)
+{
+    const char *args[] = {
+        "-p", "The capital of France is", "-n", "100000000000", "--ctx", "12", "--json", NULL};
+    child_result r = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(r.status, 0, "exit status %d; stderr: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "\"tokens\": [7042, 30, 198, 198, 504, 1797, 1918, 553]"), "%s", r.out);
+    cr_assert(strstr(r.out, "\"stop\": \"a full context\""), "%s", r.out);
+    cr_assert_eq(json_number(r.out, "kv_live_bytes"), 12 * 23040);
+    child_result_free(&r);
+}
