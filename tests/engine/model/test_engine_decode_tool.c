@@ -171,3 +171,36 @@ Test(engine_decode_tool, a_full_context_ends_generation)
     cr_assert_eq(json_number(r.out, "kv_live_bytes"), 12 * 23040);
     child_result_free(&r);
 }
+
+/* Sampling options reach the sampler: the same seed gives the same tokens. */
+Test(engine_decode_tool, a_seeded_sample_repeats)
+{
+    const char *args[] = {"-p",
+                          "Once upon a time",
+                          "-n",
+                          "12",
+                          "--temp",
+                          "0.9",
+                          "--top-k",
+                          "40",
+                          "--top-p",
+                          "0.95",
+                          "--min-p",
+                          "0.05",
+                          "--repeat-penalty",
+                          "1.1",
+                          "--seed",
+                          "7",
+                          "--json",
+                          NULL};
+    child_result a = child_run(decode_exe(), args, NULL);
+    child_result b = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(a.status, 0, "exit status %d; stderr: %s", a.status, a.err);
+    cr_assert_eq(b.status, 0, "exit status %d; stderr: %s", b.status, b.err);
+    const char *ta = strstr(a.out, "\"tokens\": ["), *tb = strstr(b.out, "\"tokens\": [");
+    cr_assert(ta && tb);
+    size_t la = strcspn(ta, "]"), lb = strcspn(tb, "]");
+    cr_assert(la == lb && !strncmp(ta, tb, la), "%s\n%s", a.out, b.out);
+    child_result_free(&a);
+    child_result_free(&b);
+}
