@@ -10,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ENG_DEFAULT_GRANULE ((uint64_t)64 << 10)
 #define ENG_ARCH "llama"
 
 static uint64_t round_up(uint64_t v, uint64_t to)
@@ -370,7 +369,11 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     eng_model_options opts = {0};
     if (options)
         opts = *options;
-    uint64_t granule = opts.granule ? opts.granule : ENG_DEFAULT_GRANULE;
+    /* The page by default: the weights' 272 slots and the KV's fragments
+     * then round up by at most a page each (64 KiB granules cost SmolLM2
+     * 14 MB of weight slots; the load takes as long). */
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t granule = opts.granule ? opts.granule : (uint64_t)(page > 0 ? page : 4096);
 
     eng_model *m = calloc(1, sizeof *m);
     if (!m)

@@ -39,7 +39,7 @@ typedef void (*eng_load_progress_fn)(void *user, size_t tensors_done, size_t ten
                                      uint64_t bytes_done, uint64_t bytes);
 
 typedef struct eng_model_options {
-    uint64_t granule; /* the CPU backend's granule in bytes; 0 = 64 KiB */
+    uint64_t granule; /* the CPU backend's granule in bytes; 0 = the page size */
     eng_load_progress_fn progress;
     void *progress_user;
 } eng_model_options;
