@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define ENG_ARCH "llama"
@@ -325,6 +326,22 @@ static size_t build_specs(const eng_hparams *hp, tensor_spec *specs)
 
 /* ---- load ---- */
 
+/* A pinned tensor is read from its slot only: the pages of the catalog's
+ * mapping that its page-in touched are dropped from the process (the file
+ * stays in the page cache; a later page-in faults them back), so the
+ * weights are resident once, not twice. Advice only: a refusal is ignored. */
+static void drop_file_pages(ortmem_weight_catalog *catalog, uint32_t id, uint64_t bytes,
+                            uint64_t page)
+{
+    void *host = NULL;
+    if (ortmem_weight_catalog_host(catalog, id, &host) != ORTMEM_OK || !host)
+        return;
+    uintptr_t start = ((uintptr_t)host + page - 1) / page * page;
+    uintptr_t end = ((uintptr_t)host + bytes) / page * page;
+    if (end > start)
+        madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
 static ortmem_status ortmem_fail(eng_error *err, ortmem_status st, const char *what)
 {
     return eng_from_ortmem(err, st, what);
@@ -467,6 +484,7 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
             goto fail;
         }
         m->pinned[i] = true;
+        drop_file_pages(m->catalog, i, table[i].bytes, (uint64_t)(page > 0 ? page : 4096));
         if ((st = ortmem_residency_slot(m->residency, i, &m->slots[i])) != ORTMEM_OK) {
             ortmem_fail(err, st, "the slot pointer");
             goto fail;
