@@ -62,7 +62,7 @@ Test(engine_decode_tool, a_cut_model_file)
 {
     synth_options o = {.truncate_to = 3000};
     const char *args[] = {"-p", "Hello", "--model", synth("cut.gguf", &o), NULL};
-    refused(args, "cannot load");
+    refused(args, "cannot load the model");
 }
 
 Test(engine_decode_tool, another_architecture)
@@ -76,7 +76,7 @@ Test(engine_decode_tool, an_unknown_tensor_type)
 {
     synth_options o = {.retype_tensor = "blk.1.ffn_down.weight", .new_type = 99};
     const char *args[] = {"-p", "Hello", "--model", synth("type99.gguf", &o), NULL};
-    refused(args, "cannot load");
+    refused(args, "'blk.1.ffn_down.weight': type id 99");
 }
 
 Test(engine_decode_tool, a_prompt_longer_than_the_context)
