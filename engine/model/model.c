@@ -50,6 +50,43 @@ static ortmem_status key_f32(const eng_gguf *g, const char *key, bool required, 
     return eng_gguf_get_f32(g, full, out, err);
 }
 
+/* Llama-family variants the forward pass does not compute are refused by
+ * name rather than decoded wrongly: scaled RoPE, experts, head sizes other
+ * than embedding / heads. */
+static ortmem_status check_variant(const eng_gguf *g, const eng_hparams *hp, eng_error *err)
+{
+    eng_gguf_str scaling;
+    if (eng_gguf_has(g, ENG_ARCH ".rope.scaling.type") &&
+        eng_gguf_get_str(g, ENG_ARCH ".rope.scaling.type", &scaling, NULL) == ORTMEM_OK &&
+        !eng_gguf_str_eq(scaling, "none"))
+        return eng_fail(err, ORTMEM_E_UNSUPPORTED,
+                        ENG_ARCH
+                        ".rope.scaling.type is \"%.*s\"; the engine computes unscaled RoPE",
+                        (int)(scaling.len > 32 ? 32 : scaling.len), scaling.ptr);
+    const eng_gguf_tensor *t = NULL;
+    if (eng_gguf_find_tensor(g, "rope_freqs.weight", &t, NULL) == ORTMEM_OK)
+        return eng_fail(err, ORTMEM_E_UNSUPPORTED,
+                        "the model has rope_freqs.weight (RoPE frequency factors), which the "
+                        "engine does not apply");
+    uint32_t experts = 0;
+    if (eng_gguf_has(g, ENG_ARCH ".expert_count") &&
+        eng_gguf_get_u32(g, ENG_ARCH ".expert_count", &experts, NULL) == ORTMEM_OK && experts > 0)
+        return eng_fail(err, ORTMEM_E_UNSUPPORTED,
+                        "the model has %u experts; the engine computes dense feed-forward blocks",
+                        experts);
+    static const char *const head_keys[] = {ENG_ARCH ".attention.key_length",
+                                            ENG_ARCH ".attention.value_length"};
+    for (size_t i = 0; i < 2; i++) {
+        uint32_t len = 0;
+        if (eng_gguf_has(g, head_keys[i]) &&
+            eng_gguf_get_u32(g, head_keys[i], &len, NULL) == ORTMEM_OK && len != hp->head_dim)
+            return eng_fail(err, ORTMEM_E_UNSUPPORTED,
+                            "%s is %u; the engine needs the embedding over the heads, %u",
+                            head_keys[i], len, hp->head_dim);
+    }
+    return ORTMEM_OK;
+}
+
 static ortmem_status read_hparams(const eng_gguf *g, eng_hparams *hp, eng_error *err)
 {
     eng_gguf_str arch;
@@ -114,7 +151,7 @@ static ortmem_status read_hparams(const eng_gguf *g, eng_hparams *hp, eng_error 
     }
     if (hp->n_vocab == 0)
         return eng_fail(err, ORTMEM_E_INVALID, "the vocabulary is empty");
-    return ORTMEM_OK;
+    return check_variant(g, hp, err);
 }
 
 /* ---- where the data section starts in the file ----

@@ -110,7 +110,7 @@ uint64_t synth_gguf_write(const char *path, const synth_options *o)
     put(f, "GGUF", 4);
     put_u32(f, 3);
     put_u64(f, kept);
-    put_u64(f, 11);
+    put_u64(f, o->extra_key ? 12 : 11);
     put_str(f, "general.architecture");
     put_u32(f, 8);
     put_str(f, o->arch ? o->arch : "llama");
@@ -124,6 +124,8 @@ uint64_t synth_gguf_write(const char *path, const synth_options *o)
     kv_u32(f, "llama.vocab_size", SYN_VOCAB);
     kv_f32(f, "llama.rope.freq_base", 10000.0f);
     kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (o->extra_key)
+        kv_u32(f, o->extra_key, o->extra_value);
     for (size_t i = 0; i < kept; i++) {
         put_str(f, t[i].name);
         put_u32(f, t[i].n_dims);

@@ -255,6 +255,19 @@ Test(engine_model, another_architecture_is_refused_by_name)
     cr_assert(strstr(err.message, "\"gpt2\""), "%s", err.message);
 }
 
+Test(engine_model, variants_the_forward_pass_does_not_compute_are_refused)
+{
+    eng_error err = {0};
+    synth_options experts = {.extra_key = "llama.expert_count", .extra_value = 8};
+    cr_assert_eq(load_synth(&experts, &err), ORTMEM_E_UNSUPPORTED);
+    cr_assert(strstr(err.message, "8 experts"), "%s", err.message);
+    synth_options keys = {.extra_key = "llama.attention.key_length", .extra_value = 16};
+    cr_assert_eq(load_synth(&keys, &err), ORTMEM_E_UNSUPPORTED);
+    cr_assert(strstr(err.message, "key_length is 16"), "%s", err.message);
+    synth_options same = {.extra_key = "llama.attention.key_length", .extra_value = 8};
+    cr_assert_eq(load_synth(&same, &err), ORTMEM_OK, "%s", err.message);
+}
+
 Test(engine_model, a_wrong_shape_names_the_tensor_and_both_shapes)
 {
     eng_error err = {0};
