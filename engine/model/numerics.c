@@ -288,7 +288,6 @@ ENG_AVX2 static inline __m256 load_halves(const eng_f16 *p)
 /* eng_dot_f16 for contiguous a. */
 ENG_AVX2 static float dot_f16_avx2(eng_dot_kind kind, const eng_f16 *a, const eng_f16 *b, size_t n)
 {
-    float lanes[32];
     if (kind == ENG_DOT_DECODE) {
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                          _mm256_setzero_ps()};
@@ -297,9 +296,12 @@ ENG_AVX2 static float dot_f16_avx2(eng_dot_kind kind, const eng_f16 *a, const en
             for (int g = 0; g < 4; g++)
                 acc[g] =
                     _mm256_fmadd_ps(load_halves(a + i + 8 * g), load_halves(b + i + 8 * g), acc[g]);
-        for (int g = 0; g < 4; g++)
-            _mm256_storeu_ps(lanes + 8 * g, acc[g]);
-        double sum = (double)reduce_decode(lanes);
+        /* reduce_decode's association, in registers */
+        const __m256 x =
+            _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        const __m128 t1 = _mm_hadd_ps(t, t);
+        double sum = (double)_mm_cvtss_f32(_mm_hadd_ps(t1, t1));
         for (size_t i = whole; i < n; i++)
             sum += (double)(half(a[i]) * half(b[i]));
         return (float)sum;
@@ -308,10 +310,18 @@ ENG_AVX2 static float dot_f16_avx2(eng_dot_kind kind, const eng_f16 *a, const en
     size_t whole = n - n % 8;
     for (size_t i = 0; i < whole; i += 8)
         acc = _mm256_fmadd_ps(load_halves(a + i), load_halves(b + i), acc);
-    _mm256_storeu_ps(lanes, acc);
-    for (size_t i = whole; i < n; i++)
-        lanes[i % 8] = fmaf(half(a[i]), half(b[i]), lanes[i % 8]);
-    return hsum8_halves(lanes);
+    if (whole < n) {
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc);
+        for (size_t i = whole; i < n; i++)
+            lanes[i % 8] = fmaf(half(a[i]), half(b[i]), lanes[i % 8]);
+        return hsum8_halves(lanes);
+    }
+    /* hsum8_halves's association, in registers */
+    __m128 h = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
 }
 
 /* eng_dot_f16_rows for dim a multiple of 8 (at most ENG_ATTN_MAX_DIM):
@@ -331,17 +341,26 @@ ENG_AVX2 static void dot_f16_rows_avx2(eng_dot_kind kind, const eng_f16 *v, size
         for (size_t k = 0; k < vecs; k++)
             lane[k] = _mm256_fmadd_ps(load_halves(row + 8 * k), wj, lane[k]);
     }
-    float sums[32][8];
+    /* The lanes' reductions (reduce_decode, hsum8_halves) for eight values
+     * of d at once: lane l's vector holds their lane-l sums. */
     for (size_t k = 0; k < vecs; k++) {
-        for (size_t l = 0; l < lanes; l++)
-            _mm256_storeu_ps(sums[l], acc[l][k]);
-        for (size_t e = 0; e < 8; e++) {
-            float per_lane[32];
-            for (size_t l = 0; l < lanes; l++)
-                per_lane[l] = sums[l][e];
-            out[8 * k + e] =
-                kind == ENG_DOT_DECODE ? reduce_decode(per_lane) : hsum8_halves(per_lane);
+        __m256 r;
+        if (kind == ENG_DOT_DECODE) {
+            __m256 x[8];
+            for (int l = 0; l < 8; l++)
+                x[l] = _mm256_add_ps(_mm256_add_ps(acc[l][k], acc[16 + l][k]),
+                                     _mm256_add_ps(acc[8 + l][k], acc[24 + l][k]));
+            __m256 t[4];
+            for (int l = 0; l < 4; l++)
+                t[l] = _mm256_add_ps(x[l], x[l + 4]);
+            r = _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3]));
+        } else {
+            __m256 h[4];
+            for (int l = 0; l < 4; l++)
+                h[l] = _mm256_add_ps(acc[l + 4][k], acc[l][k]);
+            r = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
         }
+        _mm256_storeu_ps(out + 8 * k, r);
     }
 }
 #endif
