@@ -1,0 +1,34 @@
+/* The model's and the context's insides, shared by model.c and context.c. */
+#ifndef ENGINE_MODEL_MODEL_IMPL_H
+#define ENGINE_MODEL_MODEL_IMPL_H
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/numerics.h"
+
+#define ENG_MAX_HEAD_DIM ENG_ATTN_MAX_DIM
+
+typedef struct eng_layer {
+    const float *attn_norm, *ffn_norm;
+    eng_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+} eng_layer;
+
+struct eng_model {
+    eng_gguf *gguf;
+    eng_hparams hp;
+    eng_matrix token_embd, output;
+    const float *output_norm;
+    eng_layer *layers;
+    ortmem_backend *backend;
+    ortmem_authority *authority;
+    ortmem_weight_catalog *catalog;
+    ortmem_residency_cache *residency;
+    uint32_t tensor_count; /* catalogued */
+    bool *pinned;
+    void **slots;            /* per catalogued tensor: its slot */
+    uint64_t file_bytes;     /* the tensors' bytes */
+    uint64_t weights_budget; /* the residency cache's budget (the authority's base limit) */
+    unsigned contexts;
+};
+
+#endif
