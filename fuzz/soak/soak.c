@@ -356,11 +356,14 @@ int main(int argc, char **argv)
     uint64_t leaked = vs.owned_bytes - vs.quarantined_bytes - vs.pool_bytes;
     ortmem_backend_destroy(s.fault);
     ortmem_backend_destroy(s.cpu);
+    size_t requests = s.w.count;
     kd_workload_free(&s.w);
 
     printf("soak: %.0f s, %u threads, 1 in %" PRIu64 " backend calls failed, limit %" PRIu64
            " MiB\n",
            seconds, threads, one_in, budget_mib);
+    printf("  workload          kvdemo's, %zu requests cycled; prefix requests %s\n", requests,
+           s.published ? "through the prefix cache" : "plain (publishing failed)");
     printf("  operations        %" PRIu64 " (requests done %" PRIu64 ", dropped %" PRIu64 ")\n",
            (uint64_t)s.ops, (uint64_t)s.requests_done, (uint64_t)s.requests_dropped);
     printf("  backend calls     %" PRIu64 ", injected faults %" PRIu64 "\n", calls, injected);
