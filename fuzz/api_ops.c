@@ -1,10 +1,11 @@
 /* An op-sequence fuzzer of the public API on the CPU backend. Every input
  * builds a fresh backend and authority (the limit from the first byte) with
- * three holders (regions, the arena, grants) and a KV cache, then reads ops
- * from the bytes: regions (create, destroy, commit, decommit, share,
- * protect), the arena (alloc, free, a foreign free), grants (prepare,
- * charge, abort, refund) and KV sequences (create, append, truncate, fork,
- * finish). A reference model kept here says what must be true after EVERY
+ * three holders (regions, the arena, grants) and a KV cache (and, by a bit
+ * of the first byte, a pool), then reads ops from the bytes: regions
+ * (create, destroy, commit, commit_ranges, decommit, decommit_ex strict or
+ * not, share, protect), the arena (alloc, free, a foreign free, trim),
+ * grants (prepare, charge, abort, refund), leases (acquire, drop) and KV
+ * sequences (create, append, truncate, fork, finish). A reference model kept here says what must be true after EVERY
  * op, and a mismatch traps:
  *   - the backend's owned and mapped bytes are the model's regions' granules
  *     plus what the arena and the KV cache report committed and mapped;
@@ -94,14 +95,25 @@ typedef struct world {
     size_t n_allocs;
     mseq seq[MAX_SEQS];
     grant gr[MAX_GRANTS];
+    ortmem_lease *lease[2];
+    bool pool; /* the backend keeps decommitted granules: a commit may reuse old bytes */
     uint64_t grant_charged;  /* charged through grants and not refunded */
     uint32_t refs[MAX_PHYS]; /* mappings of each model granule */
     uint32_t next_phys;
     uint64_t owned_granules, mapped_granules;
     uint8_t next_stamp;
+    ortmem_status failed; /* the op's call that was refused, ORTMEM_OK when none */
 } world;
 
 static world w;
+
+/* Records a refusal, so the run can check it changed nothing. */
+static ortmem_status seen(ortmem_status st)
+{
+    if (st != ORTMEM_OK && st != ORTMEM_E_QUARANTINED)
+        w.failed = st;
+    return st;
+}
 
 #define OK(call)                                                                                   \
     do {                                                                                           \
@@ -223,7 +235,7 @@ static void op_region_create(input *in)
     uint32_t granules = 1 + take(in) % REGION_GRANULES;
     o.size = granules * G;
     o.account = &w.a_regions;
-    if (ortmem_region_create(w.backend, &o, &w.reg[r].r) != ORTMEM_OK)
+    if (seen(ortmem_region_create(w.backend, &o, &w.reg[r].r)) != ORTMEM_OK)
         return;
     w.reg[r].granules = granules;
     w.reg[r].base = ortmem_region_base(w.reg[r].r);
@@ -257,6 +269,8 @@ static void byte_range(input *in, const mregion *m, size_t *off, size_t *len)
     }
 }
 
+static void map_fresh(mregion *m, size_t off, size_t len);
+
 static void op_commit(input *in)
 {
     mregion *m = &w.reg[take(in) % MAX_REGIONS];
@@ -264,12 +278,18 @@ static void op_commit(input *in)
         return;
     size_t off, len;
     byte_range(in, m, &off, &len);
-    ortmem_status st = ortmem_region_commit(m->r, off, len);
+    ortmem_status st = seen(ortmem_region_commit(m->r, off, len));
     bool inside = len > 0 && off < (size_t)m->granules * G && len <= m->granules * G - off;
     FUZZ_CHECK(st != ORTMEM_OK || inside, "commit [%zu, +%zu) of %u granules succeeded", off, len,
                m->granules);
-    if (st != ORTMEM_OK)
-        return;
+    if (st == ORTMEM_OK)
+        map_fresh(m, off, len);
+}
+
+/* The model of a commit that succeeded: every unmapped granule that
+ * [off, off+len) touches gets a new physical granule, tagged. */
+static void map_fresh(mregion *m, size_t off, size_t len)
+{
     for (size_t g = off / G; g * G < off + len; g++) {
         slot *s = &m->s[g];
         if (s->phys)
@@ -281,11 +301,13 @@ static void op_commit(input *in)
         w.owned_granules++;
         w.mapped_granules++;
         uint8_t *p = m->base + g * G;
-        for (size_t i = 0; i < G; i += 4096)
+        for (size_t i = 0; !w.pool && i < G; i += 4096)
             FUZZ_CHECK(p[i] == 0 && p[G - 1] == 0, "fresh granule %zu not zero at %zu", g, i);
         memcpy(p, &s->phys, sizeof s->phys);
     }
 }
+
+static void unmap_inside(mregion *m, size_t off, size_t len);
 
 static void op_decommit(input *in)
 {
@@ -294,12 +316,50 @@ static void op_decommit(input *in)
         return;
     size_t off, len;
     byte_range(in, m, &off, &len);
-    if (ortmem_region_decommit(m->r, off, len) != ORTMEM_OK)
-        return;
-    /* One granule per extent (the default policy): those wholly inside. */
+    if (seen(ortmem_region_decommit(m->r, off, len)) == ORTMEM_OK)
+        unmap_inside(m, off, len);
+}
+
+/* The model of a decommit that succeeded: one granule per extent (the
+ * default policy), so the mapped granules wholly inside [off, off+len). */
+static void unmap_inside(mregion *m, size_t off, size_t len)
+{
     for (size_t g = (off + G - 1) / G; (g + 1) * G <= off + len && g < m->granules; g++)
         if (m->s[g].phys)
             unmap_slot(&m->s[g]);
+}
+
+/* Two ranges at once: commit_ranges, or decommit_ex (strict or not). */
+static void op_ranges(input *in)
+{
+    mregion *m = &w.reg[take(in) % MAX_REGIONS];
+    unsigned what = take(in) % 3;
+    if (!m->r)
+        return;
+    ortmem_range r[2];
+    byte_range(in, m, &r[0].offset, &r[0].length);
+    byte_range(in, m, &r[1].offset, &r[1].length);
+    if (what == 0) {
+        if (seen(ortmem_region_commit_ranges(m->r, r, 2)) != ORTMEM_OK)
+            return;
+        for (int i = 0; i < 2; i++)
+            map_fresh(m, r[i].offset, r[i].length);
+        return;
+    }
+    bool strict = what == 2;
+    ortmem_status st =
+        seen(ortmem_region_decommit_ex(m->r, r, 2, strict ? ORTMEM_DECOMMIT_STRICT : 0));
+    if (st != ORTMEM_OK)
+        return;
+    for (int i = 0; i < 2 && strict; i++) { /* no mapped granule cut at either end */
+        size_t lo = r[i].offset, hi = r[i].offset + r[i].length;
+        FUZZ_CHECK(lo % G == 0 || lo / G >= m->granules || !m->s[lo / G].phys,
+                   "strict decommit cut the granule at %zu", lo / G * G);
+        FUZZ_CHECK(hi % G == 0 || hi / G >= m->granules || !m->s[hi / G].phys,
+                   "strict decommit cut the granule at %zu", hi / G * G);
+    }
+    for (int i = 0; i < 2; i++)
+        unmap_inside(m, r[i].offset, r[i].length);
 }
 
 static const ortmem_access accesses[3] = {ORTMEM_ACCESS_NONE, ORTMEM_ACCESS_READ,
@@ -314,7 +374,7 @@ static void op_share(input *in)
     ortmem_access access = accesses[1 + take(in) % 2];
     if (!d->r || !s->r)
         return;
-    if (ortmem_region_share(d->r, doff * G, s->r, soff * G, n * G, access) != ORTMEM_OK)
+    if (seen(ortmem_region_share(d->r, doff * G, s->r, soff * G, n * G, access)) != ORTMEM_OK)
         return;
     FUZZ_CHECK(n > 0 && doff + n <= d->granules && soff + n <= s->granules,
                "share of %zu at %zu from %zu succeeded", n, doff, soff);
@@ -333,7 +393,7 @@ static void op_protect(input *in)
     mregion *m = &w.reg[take(in) % MAX_REGIONS];
     size_t off = take(in) % (REGION_GRANULES + 1), n = take(in) % (REGION_GRANULES + 1);
     ortmem_access access = accesses[take(in) % 3];
-    if (!m->r || ortmem_region_protect(m->r, off * G, n * G, access) != ORTMEM_OK)
+    if (!m->r || seen(ortmem_region_protect(m->r, off * G, n * G, access)) != ORTMEM_OK)
         return;
     for (size_t g = off; g < off + n && g < m->granules; g++)
         if (m->s[g].phys)
@@ -348,7 +408,8 @@ static void op_alloc(input *in)
     unsigned shift = take(in) % 18;
     size_t align = shift == 17 ? 0 : (size_t)1 << shift;
     void *ptr = NULL;
-    if (w.n_allocs == MAX_ALLOCS || ortmem_arena_alloc(w.arena, size, align, &ptr) != ORTMEM_OK)
+    if (w.n_allocs == MAX_ALLOCS ||
+        seen(ortmem_arena_alloc(w.arena, size, align, &ptr)) != ORTMEM_OK)
         return;
     uint8_t *p = ptr, *lo = ortmem_region_base(ortmem_arena_region(w.arena));
     FUZZ_CHECK(p >= lo && size <= ARENA_BYTES && (size_t)(p - lo) <= ARENA_BYTES - size,
@@ -373,7 +434,7 @@ static void op_free(input *in)
         for (size_t i = 0; i < w.n_allocs; i++)
             if (w.al[i].ptr == bogus)
                 return;
-        ortmem_status st = ortmem_arena_free(w.arena, bogus);
+        ortmem_status st = seen(ortmem_arena_free(w.arena, bogus));
         FUZZ_CHECK(st == ORTMEM_E_NOT_FOUND || st == ORTMEM_E_DOUBLE_FREE,
                    "free of %p not handed out: %s", (void *)bogus, ortmem_status_str(st));
         return;
@@ -398,10 +459,10 @@ static void op_grant(input *in)
     unsigned what = take(in) % 4;
     uint64_t bytes = (uint64_t)take16(in) * 64;
     if (!g->g) {
-        if (what != 3 && ortmem_grant_prepare(w.h_grants, bytes, &g->g) == ORTMEM_OK)
+        if (what != 3 && seen(ortmem_grant_prepare(w.h_grants, bytes, &g->g)) == ORTMEM_OK)
             g->bytes = bytes;
         else if (what == 3 && bytes <= w.grant_charged &&
-                 ortmem_holder_refund(w.h_grants, bytes) == ORTMEM_OK)
+                 seen(ortmem_holder_refund(w.h_grants, bytes)) == ORTMEM_OK)
             w.grant_charged -= bytes;
         return;
     }
@@ -413,6 +474,18 @@ static void op_grant(input *in)
         w.grant_charged += actual;
     }
     g->g = NULL;
+}
+
+static void op_lease(input *in)
+{
+    ortmem_lease **l = &w.lease[take(in) % 2];
+    uint64_t bytes = (uint64_t)take16(in) * 64;
+    if (*l) {
+        OK(ortmem_lease_drop(*l));
+        *l = NULL;
+    } else if (seen(ortmem_lease_acquire(w.h_grants, bytes, l)) != ORTMEM_OK) {
+        *l = NULL;
+    }
 }
 
 /* ---- KV sequences ---- */
@@ -434,7 +507,7 @@ static void op_kv(input *in)
     unsigned what = take(in) % 5;
     unsigned n = take16(in) % (MAX_CONTEXT + 64);
     if (!q->s) {
-        if (ortmem_kv_seq_create(w.kv, &q->s) == ORTMEM_OK)
+        if (seen(ortmem_kv_seq_create(w.kv, &q->s)) == ORTMEM_OK)
             q->len = 0;
         else
             q->s = NULL;
@@ -443,7 +516,7 @@ static void op_kv(input *in)
     ortmem_status st;
     switch (what) {
     case 0: /* append */
-        st = ortmem_kv_seq_append(q->s, n % 200 + 1);
+        st = seen(ortmem_kv_seq_append(q->s, n % 200 + 1));
         if (q->len + n % 200 + 1 > MAX_CONTEXT)
             FUZZ_CHECK(st == ORTMEM_E_RANGE, "append past max_context: %s", ortmem_status_str(st));
         if (st == ORTMEM_OK) {
@@ -452,7 +525,7 @@ static void op_kv(input *in)
         }
         break;
     case 1: /* truncate */
-        st = ortmem_kv_seq_truncate(q->s, n);
+        st = seen(ortmem_kv_seq_truncate(q->s, n));
         if (n > q->len)
             FUZZ_CHECK(st != ORTMEM_OK, "truncate to %u of %llu succeeded", n,
                        (unsigned long long)q->len);
@@ -464,7 +537,7 @@ static void op_kv(input *in)
         for (int i = 0; i < MAX_SEQS && !c; i++)
             if (!w.seq[i].s)
                 c = &w.seq[i];
-        if (c && ortmem_kv_seq_fork(q->s, &c->s) == ORTMEM_OK) {
+        if (c && seen(ortmem_kv_seq_fork(q->s, &c->s)) == ORTMEM_OK) {
             c->len = q->len;
             memcpy(c->pattern, q->pattern, sizeof c->pattern);
         } else if (c) {
@@ -488,6 +561,9 @@ static void setup(unsigned first)
     ortmem_cpu_options co = ORTMEM_CPU_OPTIONS_INIT;
     co.granule = G;
     OK(ortmem_cpu_backend_create(&co, &w.backend));
+    w.pool = first & 4;
+    if (w.pool)
+        OK(ortmem_pool_set_cap(w.backend, 4 * G));
     ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
     w.limit = (uint64_t)(8 + first % 56) * G;
     ao.limit_bytes = w.limit;
@@ -544,10 +620,15 @@ static void teardown(void)
             OK(ortmem_grant_abort(w.gr[i].g));
     if (w.grant_charged)
         OK(ortmem_holder_refund(w.h_grants, w.grant_charged));
+    for (int i = 0; i < 2; i++)
+        if (w.lease[i])
+            OK(ortmem_lease_drop(w.lease[i]));
     OK(ortmem_holder_unregister(w.h_regions));
     OK(ortmem_holder_unregister(w.h_arena));
     OK(ortmem_holder_unregister(w.h_grants));
     OK(ortmem_authority_destroy(w.authority));
+    size_t released;
+    OK(ortmem_pool_trim(w.backend, 0, &released)); /* the pool's granules are the backend's */
     ortmem_vmm_stats vs = {.struct_size = sizeof vs};
     OK(ortmem_backend_stats(w.backend, &vs));
     FUZZ_CHECK(vs.owned_bytes == 0 && vs.mapped_bytes == 0 && vs.reserved_va_bytes == 0,
@@ -562,9 +643,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     input in = {data, size};
     setup(take(&in));
     for (int ops = 0; ops < MAX_OPS && in.left; ops++) {
-        unsigned op = take(&in) % 12;
+        unsigned op = take(&in) % 14;
         sums before = measure();
-        ortmem_status st_last;
+        w.failed = ORTMEM_OK;
         switch (op) {
         case 0: op_region_create(&in); break;
         case 1: op_region_destroy(&in); break;
@@ -577,11 +658,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 8: op_free(&in); break;
         case 9: op_trim(&in); break;
         case 10: op_grant(&in); break;
+        case 11: op_ranges(&in); break;
+        case 12: op_lease(&in); break;
         default: op_kv(&in); break;
         }
-        (void)st_last;
-        (void)before;
-        measure();
+        sums after = measure();
+        if (w.failed != ORTMEM_OK) {
+            /* A refusal changes nothing; only a budget refusal may have
+             * made room first (pressure: the arena's cache, warm ranges, the
+             * pool), and the pool moves owned bytes on its own. */
+            FUZZ_CHECK(after.arena_allocated == before.arena_allocated &&
+                           after.live_tokens == before.live_tokens && after.seqs == before.seqs,
+                       "op %u refused (%s) but changed allocations or tokens", op,
+                       ortmem_status_str(w.failed));
+            if (w.failed != ORTMEM_E_BUDGET && !w.pool)
+                FUZZ_CHECK(after.owned == before.owned && after.mapped == before.mapped &&
+                               after.ledger_owned == before.ledger_owned,
+                           "op %u refused (%s) but owned %llu -> %llu, mapped %llu -> %llu", op,
+                           ortmem_status_str(w.failed), (unsigned long long)before.owned,
+                           (unsigned long long)after.owned, (unsigned long long)before.mapped,
+                           (unsigned long long)after.mapped);
+        }
         check_contents();
     }
     teardown();
