@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(meson ninja-build pkg-config gcc g++ python3
           libcriterion-dev libhwloc-dev libjemalloc-dev libjemalloc2
           libbenchmark-dev libbenchmark-tools python3-scipy lcov clang-format gnuplot-nox libjansson-dev
-          libpcre2-dev python3-venv)
+          libpcre2-dev python3-venv clang)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,5 @@
-/* Dequantization to f32 of every type in common/ggml_types.h except Q8_K
- * (an activation format): the reference the kernels are tested against and
+/* Dequantization to f32 of every type in common/ggml_types.h except Q8_1
+ * and Q8_K (activation formats: ORTMEM_E_UNSUPPORTED): the reference the kernels are tested against and
  * what the engine uses for embeddings and norms. */
 #ifndef ENGINE_GGUF_DEQUANT_H
 #define ENGINE_GGUF_DEQUANT_H
