@@ -117,12 +117,16 @@ fi
 
 step "CPU suite (meson --suite unit)"
 # The engine's suites (also --suite engine) read the default model, which
-# only travels here when carried (ORTMEM_MODEL); without it they are left out
-# and the summary says so.
-skip_engine=()
+# only travels here when carried (scripts/model-carry.sh, then ORTMEM_MODEL);
+# without it they are left out. The suites that need the model's Python
+# environment (--suite model-env: the installed wheel, the gguf package) are
+# always left out here. The summary says which.
+skip_engine=(--no-suite model-env)
 if [ -z "${ORTMEM_MODEL:-}" ] || [ ! -r "${ORTMEM_MODEL:-}" ]; then
-  skip_engine=(--no-suite engine)
-  note "CPU suite: the engine's suites were left out (no model here: set ORTMEM_MODEL)"
+  skip_engine+=(--no-suite engine)
+  note "CPU suite: the engine's suites were left out (no model here: scripts/model-carry.sh, ORTMEM_MODEL)"
+else
+  note "CPU suite: the engine's suites ran on $ORTMEM_MODEL; those needing scripts/model-env.sh's venv were left out"
 fi
 bounded 240 meson test -C "$build" --suite unit "${skip_engine[@]}" --no-rebuild --print-errorlogs \
   --num-processes "$(nproc)" --logbase unit >"$tooldir/unit.out" 2>&1
