@@ -397,6 +397,14 @@ Test(kv_geometry, bad_geometries_and_points_are_refused)
     g = good;
     g.layout = ORTMEM_KV_LAYOUT_COUNT;
     EXPECT_STATUS(ortmem_kv_geometry_check(&g), ORTMEM_E_INVALID);
+    /* More head rows than any model has: refused before anything walks them. */
+    g = good;
+    g.layers = (uint32_t)(ORTMEM_KV_HEAD_ROWS_MAX / (2 * g.kv_heads)) + 1;
+    EXPECT_STATUS(ortmem_kv_geometry_check(&g), ORTMEM_E_RANGE);
+    cr_assert(strstr(ortmem_last_error(), "head rows") != NULL, "%s", ortmem_last_error());
+    EXPECT_STATUS(ortmem_kv_evaluate(&g, 1, 32768, 1, 0, 0, &e), ORTMEM_E_RANGE);
+    g.layers--;
+    OK(ortmem_kv_geometry_check(&g));
     EXPECT_STATUS(ortmem_kv_evaluate(&good, 32769, 32768, 1, 0, 0, &e), ORTMEM_E_RANGE);
     EXPECT_STATUS(ortmem_kv_evaluate(&good, 10, 32768, 1, 11, 0, &e), ORTMEM_E_RANGE);
     EXPECT_STATUS(ortmem_kv_evaluate(&good, 1, 0, 1, 0, 0, &e), ORTMEM_E_INVALID);
@@ -1033,6 +1041,23 @@ Test(kv_geometry_tool, config_json_gives_the_geometry)
     r = geom(bad_args);
     cr_assert_eq(r.status, 2);
     cr_assert_null(memchr(r.err, '\n', strlen(r.err) - 1), "%s", r.err);
+    child_result_free(&r);
+    /* The parser's message quotes the input, newline included (found by the
+     * geom_config fuzzer: fuzz/findings/geom_error_newline.json): still one
+     * line. */
+    write_file(bad, "{\"num_hidden_layers\": -1, \"hidden_s2\\\n\n");
+    r = geom(bad_args);
+    cr_assert_eq(r.status, 2);
+    cr_assert_null(memchr(r.err, '\n', strlen(r.err) - 1), "%s", r.err);
+    child_result_free(&r);
+    /* A billion layers is refused at once, not walked fragment by fragment
+     * (fuzz/findings/geom_evaluate_slow.json). */
+    write_file(bad,
+               "{\"num_hidden_layers\": 1111111113, \"num_attention_heads\": 8,"
+               " \"num_key_value_heads\": 4, \"head_dim\": 256, \"torch_dtype\": \"float16\"}");
+    r = geom(bad_args);
+    cr_assert_eq(r.status, 2, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "head rows") != NULL, "%s", r.err);
     child_result_free(&r);
 }
 

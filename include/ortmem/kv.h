@@ -65,9 +65,14 @@ ORTMEM_API ortmem_status ortmem_kv_layout_parse(const char *name, ortmem_kv_layo
 /* Bits per element: 32, 16, 16, 8, 8, 4; 0 when out of range. */
 ORTMEM_API unsigned ortmem_kv_dtype_bits(ortmem_kv_dtype dtype);
 
+/* Head rows per token (2 x layers x kv heads) a geometry may have: far above
+ * any model's (a 200-layer model with 128 KV heads has 51,200). */
+#define ORTMEM_KV_HEAD_ROWS_MAX (1ULL << 20)
+
 /* ORTMEM_E_INVALID (zero dimension, unknown dtype or layout, granule not a
- * power of two, a head row that is not a whole number of bytes) or
- * ORTMEM_E_OVERFLOW, with the reason. */
+ * power of two, a head row that is not a whole number of bytes),
+ * ORTMEM_E_OVERFLOW, or ORTMEM_E_RANGE for more than ORTMEM_KV_HEAD_ROWS_MAX
+ * head rows per token, with the reason. */
 ORTMEM_API ortmem_status ortmem_kv_geometry_check(const ortmem_kv_geometry *geometry);
 
 /* Named presets: "qwen2.5-0.5b", "qwen2.5-7b", "qwen14b", "llama-3-8b",

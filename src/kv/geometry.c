@@ -119,6 +119,14 @@ ortmem_status ortmem_kv_geometry_check(const ortmem_kv_geometry *g)
     uint64_t bpt, rows;
     if (!om_mul(2ULL * g->layers, g->kv_heads, &rows) || !om_mul(rows, head_bits / 8, &bpt))
         return OM_ERR(ORTMEM_E_OVERFLOW, "kv geometry: bytes per token overflow");
+    /* Evaluations walk the fragments (up to one per head row): bounded so
+     * that a nonsense geometry is refused, not walked for minutes. */
+    if (rows > ORTMEM_KV_HEAD_ROWS_MAX)
+        return OM_ERR(ORTMEM_E_RANGE,
+                      "kv geometry: 2 x %u layers x %u kv heads = %llu head rows per token, more "
+                      "than the %llu a geometry may have",
+                      g->layers, g->kv_heads, (unsigned long long)rows,
+                      (unsigned long long)ORTMEM_KV_HEAD_ROWS_MAX);
     return ORTMEM_OK;
 }
 

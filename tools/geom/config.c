@@ -19,6 +19,10 @@ static bool config_error(char *err, size_t err_size, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, err_size, fmt, ap);
     va_end(ap);
+    /* One line, as promised: jansson's text may quote input with newlines. */
+    for (char *c = err; err_size && *c; c++)
+        if (*c == '\n' || *c == '\r' || *c == '\t')
+            *c = ' ';
     return false;
 }
 
