@@ -120,10 +120,12 @@ Test(engine_decode_tool, a_greedy_run_reports_in_json)
     uint64_t weights = json_number(r.out, "weights_resident_bytes");
     cr_assert_geq(weights, 90000000);
     /* The weights are resident once (in their slots), not also as the file's
-     * pages: the whole process stays under one and a half times them. */
+     * pages: a second copy would put the process at twice them or more. The
+     * bound leaves room for the sanitizer build's shadow memory (1.29x
+     * without, 1.50x with AddressSanitizer). */
     uint64_t rss = json_number(r.out, "peak_rss_bytes");
     cr_assert_gt(rss, weights);
-    cr_assert_lt(rss, weights + weights / 2, "peak RSS %llu for %llu bytes of weights",
+    cr_assert_lt(rss, weights / 5 * 9, "peak RSS %llu for %llu bytes of weights",
                  (unsigned long long)rss, (unsigned long long)weights);
     cr_assert_gt(json_number(r.out, "prefill_tok_s"), 0);
     cr_assert_gt(json_number(r.out, "decode_tok_s"), 0);
