@@ -132,9 +132,10 @@ ortmem_status eng_tokenizer_create_as(const eng_gguf *gguf, const char *pre_over
     if (st == ORTMEM_OK)
         st = read_id(gguf, "tokenizer.ggml.eom_token_id", &spec.eom, err);
     if (st == ORTMEM_OK && eng_gguf_has(gguf, "tokenizer.ggml.add_bos_token")) {
-        bool add_bos;
+        bool add_bos = false;
         st = eng_gguf_get_bool(gguf, "tokenizer.ggml.add_bos_token", &add_bos, err);
-        spec.add_bos = add_bos;
+        if (st == ORTMEM_OK) /* a key of another kind is refused, never read */
+            spec.add_bos = add_bos;
     }
     if (st == ORTMEM_OK && eng_gguf_has(gguf, "tokenizer.chat_template")) {
         st = eng_gguf_get_str(gguf, "tokenizer.chat_template", &s, err);

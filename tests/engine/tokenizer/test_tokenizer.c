@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gguf/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_internal.h"
 
@@ -309,4 +310,52 @@ Test(tokenizer_chat, unknown_template_is_named)
                  ORTMEM_E_UNSUPPORTED);
     cr_assert(strstr(err.message, "[INST]"), "%s", err.message);
     cr_assert_null(out);
+}
+
+/* A GGUF whose tokenizer keys are well formed except add_bos_token, stored
+ * as kind; the byte-level vocabulary is the 256 one-byte tokens. */
+static ortmem_status create_with_add_bos_kind(uint32_t kind, eng_tokenizer **tok, eng_error *err)
+{
+    wbuf w = {0};
+    w_header(&w, 3, 0, 5);
+    w_kv_str(&w, "tokenizer.ggml.model", "gpt2");
+    w_kv_str(&w, "tokenizer.ggml.pre", "default");
+    w_key(&w, "tokenizer.ggml.tokens", ENG_GGUF_ARRAY);
+    w_u32(&w, ENG_GGUF_STRING);
+    w_u64(&w, 2);
+    w_str(&w, "a");
+    w_str(&w, "b");
+    w_key(&w, "tokenizer.ggml.merges", ENG_GGUF_ARRAY);
+    w_u32(&w, ENG_GGUF_STRING);
+    w_u64(&w, 0);
+    w_key(&w, "tokenizer.ggml.add_bos_token", kind);
+    if (kind == ENG_GGUF_BOOL)
+        w_u8(&w, 1);
+    else
+        w_str(&w, "yes");
+    w_pad(&w, 32);
+    eng_gguf *g = NULL;
+    ortmem_status st = w_open(&w, &g, err);
+    free(w.p);
+    if (st != ORTMEM_OK)
+        return st;
+    st = eng_tokenizer_create(g, tok, err);
+    eng_gguf_close(g);
+    return st;
+}
+
+/* add_bos_token of another kind is refused naming it (found by the gguf
+ * fuzzer: the flag was read although the lookup had failed, undefined
+ * behaviour the sanitizer build reports). */
+Test(tokenizer_gguf, add_bos_token_of_another_kind_is_refused)
+{
+    eng_tokenizer *tok = NULL;
+    eng_error err = {0};
+    cr_assert_eq(create_with_add_bos_kind(ENG_GGUF_STRING, &tok, &err), ORTMEM_E_INVALID, "%s",
+                 err.message);
+    cr_assert_null(tok);
+    cr_assert(strstr(err.message, "add_bos_token") != NULL, "%s", err.message);
+    cr_assert_eq(create_with_add_bos_kind(ENG_GGUF_BOOL, &tok, &err), ORTMEM_OK, "%s", err.message);
+    cr_assert(eng_tokenizer_add_bos(tok));
+    eng_tokenizer_destroy(tok);
 }
