@@ -398,7 +398,7 @@ static void model_free(eng_model *m)
         ortmem_weight_catalog_destroy(m->catalog);
     if (m->authority)
         ortmem_authority_destroy(m->authority);
-    if (m->backend)
+    if (m->backend && m->own_backend)
         ortmem_backend_destroy(m->backend);
     eng_gguf_close(m->gguf);
     free(m->pinned);
@@ -428,6 +428,13 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
      * 14 MB of weight slots; the load takes as long). */
     long page = sysconf(_SC_PAGESIZE);
     uint64_t granule = opts.granule ? opts.granule : (uint64_t)(page > 0 ? page : 4096);
+    if (opts.backend) {
+        size_t backend_granule = 0;
+        ortmem_status gs = ortmem_backend_granule(opts.backend, &backend_granule);
+        if (gs != ORTMEM_OK)
+            return eng_from_ortmem(err, gs, "model load: the given backend's granule");
+        granule = backend_granule;
+    }
 
     eng_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -484,11 +491,16 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         goto fail;
     }
 
-    ortmem_cpu_options cpu = ORTMEM_CPU_OPTIONS_INIT;
-    cpu.granule = (size_t)granule;
-    if ((st = ortmem_cpu_backend_create(&cpu, &m->backend)) != ORTMEM_OK) {
-        ortmem_fail(err, st, "the CPU backend");
-        goto fail;
+    if (opts.backend) {
+        m->backend = opts.backend;
+    } else {
+        ortmem_cpu_options cpu = ORTMEM_CPU_OPTIONS_INIT;
+        cpu.granule = (size_t)granule;
+        if ((st = ortmem_cpu_backend_create(&cpu, &m->backend)) != ORTMEM_OK) {
+            ortmem_fail(err, st, "the CPU backend");
+            goto fail;
+        }
+        m->own_backend = true;
     }
     /* Resident slots plus the ring the cache reserves for streaming. */
     m->weights_budget = slots_bytes + 2 * largest_slot;

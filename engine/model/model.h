@@ -40,6 +40,11 @@ typedef void (*eng_load_progress_fn)(void *user, size_t tensors_done, size_t ten
 
 typedef struct eng_model_options {
     uint64_t granule; /* the CPU backend's granule in bytes; 0 = the page size */
+    /* The backend the weights and the KV live on (a CPU backend, or one
+     * wrapping it: the fault backend, a tracer); granule is then the
+     * backend's. NULL: the model creates a CPU backend of granule. The caller
+     * keeps it alive until eng_model_destroy has returned. */
+    ortmem_backend *backend;
     eng_load_progress_fn progress;
     void *progress_user;
 } eng_model_options;

@@ -20,6 +20,7 @@ struct eng_model {
     const float *output_norm;
     eng_layer *layers;
     ortmem_backend *backend;
+    bool own_backend; /* created by the model (else the caller's) */
     ortmem_authority *authority;
     ortmem_weight_catalog *catalog;
     ortmem_residency_cache *residency;

@@ -197,6 +197,57 @@ Test(engine_model, kv_within_its_bound_and_ledger_back_to_zero, .timeout = 240)
     cr_assert_eq(eng_model_destroy(m, &err), ORTMEM_OK, "%s", err.message);
 }
 
+/* A caller's backend (here the fault backend over a CPU one): a create that
+ * fails in the middle of the load is a status naming it, and the load leaves
+ * nothing owned or mapped on the backend; re-armed not to fail, the same
+ * backend loads the model, decodes llama.cpp's first tokens, and is the
+ * caller's again, empty, after the model's teardown. */
+Test(engine_model, a_callers_backend_and_a_failed_load_that_leaves_nothing, .timeout = 240)
+{
+    char path[4096];
+    default_model(path, sizeof path);
+    ortmem_cpu_options co = ORTMEM_CPU_OPTIONS_INIT;
+    co.granule = 4096;
+    ortmem_backend *cpu = NULL, *fault = NULL;
+    cr_assert_eq(ortmem_cpu_backend_create(&co, &cpu), ORTMEM_OK, "%s", ortmem_last_error());
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = ORTMEM_OP_CREATE;
+    fo.fail_at = 100; /* the 100th of the weights' 272 slots */
+    cr_assert_eq(ortmem_fault_backend_create(cpu, &fo, &fault), ORTMEM_OK);
+    eng_model_options mo = {0};
+    mo.backend = fault;
+    eng_model *m = NULL;
+    eng_error err = {0};
+    cr_assert_neq(eng_model_load(path, &mo, &m, &err), ORTMEM_OK);
+    cr_assert_null(m);
+    cr_assert(err.message[0], "a failed load says why");
+    ortmem_vmm_stats vs = {.struct_size = sizeof vs};
+    cr_assert_eq(ortmem_backend_stats(fault, &vs), ORTMEM_OK);
+    cr_assert_eq(vs.owned_bytes, 0, "the failed load left %llu bytes owned",
+                 (unsigned long long)vs.owned_bytes);
+    cr_assert_eq(vs.mapped_bytes, 0);
+
+    fo.fail_at = 0;
+    cr_assert_eq(ortmem_fault_backend_arm(fault, &fo), ORTMEM_OK);
+    cr_assert_eq(eng_model_load(path, &mo, &m, &err), ORTMEM_OK, "%s", err.message);
+    eng_context *c = context(m, 256);
+    const int32_t prompt[] = {504, 3575, 282, 4649, 314};
+    const int32_t want[] = {7042, 30, 198, 198}; /* llama.cpp: " Paris.\n\n" */
+    cr_assert_eq(eng_context_decode(c, prompt, 5, &err), ORTMEM_OK, "%s", err.message);
+    for (int i = 0; i < 4; i++) {
+        int32_t next = argmax(eng_context_logits(c), eng_model_hparams(m)->n_vocab);
+        cr_assert_eq(next, want[i], "step %d: %d, llama.cpp %d", i, next, want[i]);
+        cr_assert_eq(eng_context_decode(c, &next, 1, &err), ORTMEM_OK, "%s", err.message);
+    }
+    cr_assert_eq(eng_context_destroy(c, &err), ORTMEM_OK, "%s", err.message);
+    cr_assert_eq(eng_model_destroy(m, &err), ORTMEM_OK, "%s", err.message);
+    cr_assert_eq(ortmem_backend_stats(fault, &vs), ORTMEM_OK);
+    cr_assert_eq(vs.owned_bytes, vs.pool_bytes, "owned %llu after the teardown",
+                 (unsigned long long)vs.owned_bytes);
+    cr_assert_eq(ortmem_backend_destroy(fault), ORTMEM_OK, "%s", ortmem_last_error());
+    cr_assert_eq(ortmem_backend_destroy(cpu), ORTMEM_OK, "%s", ortmem_last_error());
+}
+
 /* A failed decode changes nothing: a token outside the vocabulary, or more
  * tokens than the context holds. */
 Test(engine_model, refused_decodes_change_nothing, .timeout = 120)
