@@ -116,6 +116,21 @@ _Static_assert(sizeof(eng_block_q5_k) == 176, "q5_k block");
 _Static_assert(sizeof(eng_block_q6_k) == 210, "q6_k block");
 _Static_assert(sizeof(eng_block_q8_k) == 292, "q8_k block");
 
+/* The eight 6-bit scales and minimums a Q4_K or Q5_K super-block packs in
+ * its 12 scale bytes. */
+static inline void eng_k_scales(const uint8_t packed[12], uint8_t scale[8], uint8_t min[8])
+{
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            scale[j] = packed[j] & 63;
+            min[j] = packed[j + 4] & 63;
+        } else {
+            scale[j] = (uint8_t)((packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4));
+            min[j] = (uint8_t)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+        }
+    }
+}
+
 /* Elements per block, bytes per block and the name ("Q4_1") of a type the
  * engine knows; 0 / NULL for any other id. */
 typedef struct eng_type_traits {

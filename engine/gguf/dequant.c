@@ -146,26 +146,15 @@ static void dq_q3_k(const uint8_t *src, float *dst, size_t nb)
     }
 }
 
-/* Q4_K / Q5_K: eight 6-bit scales and mins packed in 12 bytes. */
-static void k_scale_min(const uint8_t *sc, int j, int *scale, int *min)
-{
-    if (j < 4) {
-        *scale = sc[j] & 63;
-        *min = sc[j + 4] & 63;
-    } else {
-        *scale = (sc[j + 4] & 0x0f) | (sc[j - 4] >> 6) << 4;
-        *min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4;
-    }
-}
-
 static void dq_q4_k(const uint8_t *src, float *dst, size_t nb)
 {
     for (size_t b = 0; b < nb; b++, src += sizeof(eng_block_q4_k), dst += ENG_QK_K) {
         float d = half(src), dmin = half(src + 2);
         const uint8_t *sc = src + 4, *qs = src + 16;
+        uint8_t scales[8], mins[8];
+        eng_k_scales(sc, scales, mins);
         for (int sub = 0; sub < 8; sub++) {
-            int scale, min;
-            k_scale_min(sc, sub, &scale, &min);
+            int scale = scales[sub], min = mins[sub];
             float dl = d * (float)scale, ml = dmin * (float)min;
             const uint8_t *q = qs + 32 * (sub / 2);
             int shift = 4 * (sub % 2);
@@ -180,9 +169,10 @@ static void dq_q5_k(const uint8_t *src, float *dst, size_t nb)
     for (size_t b = 0; b < nb; b++, src += sizeof(eng_block_q5_k), dst += ENG_QK_K) {
         float d = half(src), dmin = half(src + 2);
         const uint8_t *sc = src + 4, *qh = src + 16, *qs = src + 48;
+        uint8_t scales[8], mins[8];
+        eng_k_scales(sc, scales, mins);
         for (int sub = 0; sub < 8; sub++) {
-            int scale, min;
-            k_scale_min(sc, sub, &scale, &min);
+            int scale = scales[sub], min = mins[sub];
             float dl = d * (float)scale, ml = dmin * (float)min;
             const uint8_t *q = qs + 32 * (sub / 2);
             int shift = 4 * (sub % 2);

@@ -285,20 +285,6 @@ void eng_dot4_q8_0_avx2(size_t n, const void *w, size_t stride, const void *act,
 
 /* ---- K formats (x Q8_K), as llama.cpp's AVX2 routines sum them ---- */
 
-/* The eight 6-bit scales and minimums of a Q4_K/Q5_K super-block. */
-static inline void k_scales(const uint8_t packed[12], uint8_t scale[8], uint8_t min[8])
-{
-    for (int j = 0; j < 8; j++) {
-        if (j < 4) {
-            scale[j] = packed[j] & 63;
-            min[j] = packed[j + 4] & 63;
-        } else {
-            scale[j] = (uint8_t)((packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4));
-            min[j] = (uint8_t)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
-        }
-    }
-}
-
 /* Q4_K and Q5_K: eight integer lanes per super-block (each 32-value
  * sub-block scaled by its 6-bit scale), the minimums through the
  * activations' pair sums: four float lanes for Q4_K, one fused sum for Q5_K. */
@@ -322,7 +308,7 @@ static float dot_k_min(size_t n, const void *w, const void *act, bool five_bits)
         const float d = y[b].d * half_to_float(d16);
         const float dmin = -y[b].d * half_to_float(dmin16);
         uint8_t scale[8], min[8];
-        k_scales(packed, scale, min);
+        eng_k_scales(packed, scale, min);
         const __m128i pair_sums =
             _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y[b].bsums),
                            _mm_loadu_si128((const __m128i *)(y[b].bsums + 8)));

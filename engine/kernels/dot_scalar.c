@@ -255,20 +255,6 @@ float eng_dot_bf16_scalar(size_t n, const void *w, const void *act)
 
 /* ---- K formats (x Q8_K) ---- */
 
-/* The eight 6-bit scales and minimums of a Q4_K/Q5_K super-block. */
-static void k_scales(const uint8_t packed[12], uint8_t scale[8], uint8_t min[8])
-{
-    for (int j = 0; j < 8; j++) {
-        if (j < 4) {
-            scale[j] = packed[j] & 63;
-            min[j] = packed[j + 4] & 63;
-        } else {
-            scale[j] = (uint8_t)((packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4));
-            min[j] = (uint8_t)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
-        }
-    }
-}
-
 /* Q4_K and Q5_K as llama.cpp's AVX2 routines sum them: eight integer lanes
  * per super-block (scaled per 32-value sub-block) into eight float lanes;
  * the minimum terms into four float lanes (Q4_K) or one fused sum (Q5_K). */
@@ -289,7 +275,7 @@ static float dot_k_min_lanes(size_t n, const void *w, const void *act, bool five
         const float d = y[b].d * eng_f16_to_f32(d16);
         const float dmin = -y[b].d * eng_f16_to_f32(dmin16);
         uint8_t scale[8], min[8];
-        k_scales(packed, scale, min);
+        eng_k_scales(packed, scale, min);
         int32_t prod[4];
         for (int m = 0; m < 4; m++) {
             const int16_t s0 = (int16_t)(y[b].bsums[4 * m] + y[b].bsums[4 * m + 1]);
