@@ -588,6 +588,11 @@ uint64_t eng_gguf_file_bytes(const eng_gguf *g)
     return g->file_bytes;
 }
 
+uint64_t eng_gguf_data_offset(const eng_gguf *g)
+{
+    return g->data_start;
+}
+
 const char *eng_gguf_path(const eng_gguf *g)
 {
     return g->path;

@@ -58,6 +58,9 @@ void eng_gguf_close(eng_gguf *gguf);
 uint32_t eng_gguf_version(const eng_gguf *gguf);
 uint64_t eng_gguf_alignment(const eng_gguf *gguf);
 uint64_t eng_gguf_file_bytes(const eng_gguf *gguf);
+/* Where the data section starts in the file: a tensor's bytes are at
+ * eng_gguf_data_offset + its offset (what a file catalog needs). */
+uint64_t eng_gguf_data_offset(const eng_gguf *gguf);
 const char *eng_gguf_path(const eng_gguf *gguf);
 
 /* ---- Metadata ----

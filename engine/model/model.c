@@ -154,100 +154,6 @@ static ortmem_status read_hparams(const eng_gguf *g, eng_hparams *hp, eng_error 
     return check_variant(g, hp, err);
 }
 
-/* ---- where the data section starts in the file ----
- * The catalog needs file offsets; the reader gives offsets from the data
- * section, which starts after the header, the metadata and the tensor
- * infos, aligned. Their sizes follow from what the reader exposes. */
-
-static uint64_t kind_bytes(eng_gguf_kind kind)
-{
-    switch (kind) {
-    case ENG_GGUF_U8:
-    case ENG_GGUF_I8:
-    case ENG_GGUF_BOOL: return 1;
-    case ENG_GGUF_U16:
-    case ENG_GGUF_I16: return 2;
-    case ENG_GGUF_U32:
-    case ENG_GGUF_I32:
-    case ENG_GGUF_F32: return 4;
-    case ENG_GGUF_U64:
-    case ENG_GGUF_I64:
-    case ENG_GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
-static ortmem_status data_section_offset(const eng_gguf *g, uint64_t *out, eng_error *err)
-{
-    uint64_t pos = 4 + 4 + 8 + 8; /* magic, version, tensor count, metadata count */
-    for (uint64_t i = 0; i < eng_gguf_kv_count(g); i++) {
-        eng_gguf_str key;
-        eng_gguf_kind kind;
-        ortmem_status st = eng_gguf_kv_at(g, i, &key, &kind, err);
-        if (st != ORTMEM_OK)
-            return st;
-        char name[256];
-        if (key.len >= sizeof name)
-            return eng_fail(err, ORTMEM_E_RANGE, "metadata key of %" PRIu64 " bytes", key.len);
-        memcpy(name, key.ptr, key.len);
-        name[key.len] = '\0';
-        pos += 8 + key.len + 4;
-        if (kind == ENG_GGUF_STRING) {
-            eng_gguf_str s;
-            if ((st = eng_gguf_get_str(g, name, &s, err)))
-                return st;
-            pos += 8 + s.len;
-        } else if (kind == ENG_GGUF_ARRAY) {
-            eng_gguf_kind elem;
-            uint64_t count;
-            if ((st = eng_gguf_get_array(g, name, &elem, &count, err)))
-                return st;
-            pos += 4 + 8;
-            if (elem == ENG_GGUF_STRING) {
-                for (uint64_t j = 0; j < count; j++) {
-                    eng_gguf_str s;
-                    if ((st = eng_gguf_array_str(g, name, j, &s, err)))
-                        return st;
-                    pos += 8 + s.len;
-                }
-            } else if (kind_bytes(elem)) {
-                pos += count * kind_bytes(elem);
-            } else {
-                return eng_fail(err, ORTMEM_E_UNSUPPORTED, "metadata %s: array of kind %d", name,
-                                (int)elem);
-            }
-        } else if (kind_bytes(kind)) {
-            pos += kind_bytes(kind);
-        } else {
-            return eng_fail(err, ORTMEM_E_UNSUPPORTED, "metadata %s of kind %d", name, (int)kind);
-        }
-    }
-    for (uint64_t i = 0; i < eng_gguf_tensor_count(g); i++) {
-        const eng_gguf_tensor *t = eng_gguf_tensor_at(g, i);
-        pos += 8 + t->name.len + 4 + 8 * (uint64_t)t->n_dims + 4 + 8;
-    }
-    uint64_t align = eng_gguf_alignment(g);
-    pos = round_up(pos, align ? align : 32);
-    /* Check the derivation against the file: the first tensor's bytes there
-     * must be the reader's. */
-    if (eng_gguf_tensor_count(g) > 0) {
-        const eng_gguf_tensor *t = eng_gguf_tensor_at(g, 0);
-        unsigned char head[64];
-        size_t n = t->bytes < sizeof head ? (size_t)t->bytes : sizeof head;
-        int fd = open(eng_gguf_path(g), O_RDONLY | O_CLOEXEC);
-        ssize_t got = fd >= 0 ? pread(fd, head, n, (off_t)(pos + t->offset)) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (got != (ssize_t)n || memcmp(head, t->data, n) != 0)
-            return eng_fail(err, ORTMEM_E_INVALID,
-                            "%s: the data section does not start at byte %" PRIu64
-                            " as the header's sizes say",
-                            eng_gguf_path(g), pos);
-    }
-    *out = pos;
-    return ORTMEM_OK;
-}
-
 /* ---- tensors ---- */
 
 typedef struct tensor_spec {
@@ -461,9 +367,7 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
             goto fail;
     m->hp.tied_output = specs[nspec - 1].found == NULL;
 
-    uint64_t data_start = 0;
-    if ((st = data_section_offset(m->gguf, &data_start, err)) != ORTMEM_OK)
-        goto fail;
+    const uint64_t data_start = eng_gguf_data_offset(m->gguf);
 
     /* The catalog: every tensor the forward pass reads, in its access order. */
     uint64_t slots_bytes = 0, largest_slot = 0;

@@ -597,3 +597,25 @@ Test(gguf_model, tensors)
     cr_assert_eq(per_type[ENG_TYPE_Q8_0], 1);
     eng_gguf_close(g);
 }
+
+/* The data section's offset in the file: each tensor's bytes, read from the
+ * file at data offset + tensor offset, are the ones the reader maps. */
+Test(gguf_model, data_offset_locates_every_tensor_in_the_file)
+{
+    eng_gguf *g = open_model();
+    uint64_t data = eng_gguf_data_offset(g);
+    cr_assert_eq(data % eng_gguf_alignment(g), 0);
+    cr_assert_lt(data, eng_gguf_file_bytes(g));
+    FILE *f = fopen(eng_gguf_path(g), "rb");
+    cr_assert_not_null(f);
+    for (uint64_t i = 0; i < eng_gguf_tensor_count(g); i++) {
+        const eng_gguf_tensor *t = eng_gguf_tensor_at(g, i);
+        unsigned char head[64];
+        size_t n = t->bytes < sizeof head ? (size_t)t->bytes : sizeof head;
+        cr_assert_eq(fseek(f, (long)(data + t->offset), SEEK_SET), 0);
+        cr_assert_eq(fread(head, 1, n, f), n);
+        cr_assert_eq(memcmp(head, t->data, n), 0, "tensor %llu", (unsigned long long)i);
+    }
+    fclose(f);
+    eng_gguf_close(g);
+}
