@@ -18,6 +18,9 @@ The rule (docs/memory/ARCHITECTURE.md, section Layers):
             its own files (quoted, from engine/), never src/ nor tools/;
   tools     tools/ include public headers, their own files and engine/'s,
             never src/;
+  adapters  adapters/ (PyTorch, ONNX Runtime) include public headers and
+            their own files (quoted, under adapters/), never src/, engine/
+            nor tools/;
   known     every src/ folder, public header and quoted include is in the
             tables below: a new one must be placed in the order first.
 
@@ -152,6 +155,8 @@ class Checker:
             return "tools-own", what
         if landed.startswith("engine/"):
             return "engine-own", what
+        if landed.startswith("adapters/"):
+            return "adapters-own", what
         return "unknown", what
 
     def check_file(self, path):
@@ -164,7 +169,10 @@ class Checker:
             self.check_tool(rel, path)
             return
         if rel.startswith("engine/"):
-            self.check_engine(rel, path)
+            self.check_own(rel, path, "engine", "the engine")
+            return
+        if rel.startswith("adapters/"):
+            self.check_own(rel, path, "adapters", "an adapter")
             return
         layer = self.src_layer(rel)
         if layer is None:
@@ -236,23 +244,24 @@ class Checker:
                 self.report(rel, line, "rule 'tools': %s includes %s from the library's "
                             "sources; tools see the public headers only" % (rel, what))
 
-    def check_engine(self, rel, path):
+    def check_own(self, rel, path, rule, who):
+        """engine/ and adapters/: public headers and their own files only."""
         for line, kind, target in includes(path):
             self.checked += 1
             to, what = self.describe_target(rel, kind, target)
-            if to is None or to == "engine-own" or (kind == "<" and to != "unknown"):
-                continue  # a system header, the engine's own file, a public header
+            if to is None or to == rule + "-own" or (kind == "<" and to != "unknown"):
+                continue  # a system header, the part's own file, a public header
             if to == "unknown":
                 self.report(rel, line, "rule 'known': %s is in no layer" % what)
             elif to == "public-quoted":
                 self.report(rel, line, "rule 'public': %s names a public header with quotes; "
                             "use <ortmem/...>" % what)
             else:
-                self.report(rel, line, "rule 'engine': %s includes %s; the engine sees the "
-                            "public headers and its own files only" % (rel, what))
+                self.report(rel, line, "rule '%s': %s includes %s; %s sees the public "
+                            "headers and its own files only" % (rule, rel, what, who))
 
     def run(self):
-        for top in ("src", "include/ortmem", "engine", "tools"):
+        for top in ("src", "include/ortmem", "engine", "adapters", "tools"):
             base = os.path.join(self.root, top)
             if not os.path.isdir(base):
                 continue
