@@ -8,6 +8,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The layouts are checked at compile time in C and in C++ (engine/cuda). */
+#ifdef __cplusplus
+#define ENG_STATIC_ASSERT static_assert
+#else
+#define ENG_STATIC_ASSERT _Static_assert
+#endif
+
 typedef enum eng_ggml_type {
     ENG_TYPE_F32 = 0,
     ENG_TYPE_F16 = 1,
@@ -103,18 +110,18 @@ typedef struct {
     int16_t bsums[ENG_QK_K / 16];
 } eng_block_q8_k;
 
-_Static_assert(sizeof(eng_block_q4_0) == 18, "q4_0 block");
-_Static_assert(sizeof(eng_block_q4_1) == 20, "q4_1 block");
-_Static_assert(sizeof(eng_block_q5_0) == 22, "q5_0 block");
-_Static_assert(sizeof(eng_block_q5_1) == 24, "q5_1 block");
-_Static_assert(sizeof(eng_block_q8_0) == 34, "q8_0 block");
-_Static_assert(sizeof(eng_block_q8_1) == 36, "q8_1 block");
-_Static_assert(sizeof(eng_block_q2_k) == 84, "q2_k block");
-_Static_assert(sizeof(eng_block_q3_k) == 110, "q3_k block");
-_Static_assert(sizeof(eng_block_q4_k) == 144, "q4_k block");
-_Static_assert(sizeof(eng_block_q5_k) == 176, "q5_k block");
-_Static_assert(sizeof(eng_block_q6_k) == 210, "q6_k block");
-_Static_assert(sizeof(eng_block_q8_k) == 292, "q8_k block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q4_0) == 18, "q4_0 block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q4_1) == 20, "q4_1 block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q5_0) == 22, "q5_0 block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q5_1) == 24, "q5_1 block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q8_0) == 34, "q8_0 block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q8_1) == 36, "q8_1 block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q2_k) == 84, "q2_k block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q3_k) == 110, "q3_k block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q4_k) == 144, "q4_k block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q5_k) == 176, "q5_k block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q6_k) == 210, "q6_k block");
+ENG_STATIC_ASSERT(sizeof(eng_block_q8_k) == 292, "q8_k block");
 
 /* The eight 6-bit scales and minimums a Q4_K or Q5_K super-block packs in
  * its 12 scale bytes. */

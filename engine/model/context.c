@@ -36,7 +36,7 @@ struct eng_context {
 
 /* ---- the KV cache ---- */
 
-static ortmem_kv_geometry kv_geometry(const eng_hparams *hp, ortmem_kv_layout layout)
+ortmem_kv_geometry eng_kv_geometry(const eng_hparams *hp, ortmem_kv_layout layout)
 {
     ortmem_kv_geometry g = ORTMEM_KV_GEOMETRY_INIT;
     g.layers = hp->n_layer;
@@ -51,7 +51,7 @@ static ortmem_kv_geometry kv_geometry(const eng_hparams *hp, ortmem_kv_layout la
  * sequence (a quarter of the context, as the strategy's auto assumes); on a
  * tie the one with the smaller floor (fewer fragments: less committed while
  * a sequence is short). */
-static ortmem_status choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layout *out,
+ortmem_status eng_kv_choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layout *out,
                                    uint64_t *full_commit, eng_error *err)
 {
     size_t granule = 0;
@@ -61,7 +61,7 @@ static ortmem_status choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layou
     uint64_t typical = n_ctx / 4 ? n_ctx / 4 : 1;
     uint64_t best = UINT64_MAX, best_floor = UINT64_MAX;
     for (int l = 0; l < ORTMEM_KV_LAYOUT_COUNT; l++) {
-        ortmem_kv_geometry g = kv_geometry(&m->hp, (ortmem_kv_layout)l);
+        ortmem_kv_geometry g = eng_kv_geometry(&m->hp, (ortmem_kv_layout)l);
         g.granule = granule;
         ortmem_kv_eval ev = {.struct_size = sizeof ev};
         if ((st = ortmem_kv_evaluate(&g, typical, n_ctx, 1, 0, 0, &ev)) != ORTMEM_OK)
@@ -73,7 +73,7 @@ static ortmem_status choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layou
             *out = (ortmem_kv_layout)l;
         }
     }
-    ortmem_kv_geometry g = kv_geometry(&m->hp, *out);
+    ortmem_kv_geometry g = eng_kv_geometry(&m->hp, *out);
     g.granule = granule;
     ortmem_kv_eval full = {.struct_size = sizeof full};
     if ((st = ortmem_kv_evaluate(&g, n_ctx, n_ctx, 1, 0, 0, &full)) != ORTMEM_OK)
@@ -182,7 +182,7 @@ ortmem_status eng_context_create(eng_model *m, const eng_context_options *option
     }
 
     uint64_t full_commit = 0;
-    if ((st = choose_layout(m, n_ctx, &c->layout, &full_commit, err)) != ORTMEM_OK)
+    if ((st = eng_kv_choose_layout(m, n_ctx, &c->layout, &full_commit, err)) != ORTMEM_OK)
         goto fail;
     ortmem_authority_report r = {.struct_size = sizeof r};
     if ((st = ortmem_authority_report_get(m->authority, &r, NULL, 0)) != ORTMEM_OK ||
@@ -194,7 +194,7 @@ ortmem_status eng_context_create(eng_model *m, const eng_context_options *option
     c->limit_raise = full_commit;
 
     ortmem_kv_cache_options ko = ORTMEM_KV_CACHE_OPTIONS_INIT;
-    ko.geometry = kv_geometry(hp, c->layout);
+    ko.geometry = eng_kv_geometry(hp, c->layout);
     ko.strategy = ORTMEM_KV_AUTO;
     ko.max_context = n_ctx;
     ko.max_sequences = 1;

@@ -32,4 +32,14 @@ struct eng_model {
     unsigned contexts;
 };
 
+/* The KV geometry of the model's layers, KV heads, head dimension and F16
+ * elements in layout (granule 0: the backend's). */
+ortmem_kv_geometry eng_kv_geometry(const eng_hparams *hp, ortmem_kv_layout layout);
+/* The layout whose stable range commits the least for a typical sequence
+ * (a quarter of n_ctx), and the most one sequence's cache may commit at
+ * n_ctx tokens whichever strategy auto picks (what the authority's limit is
+ * raised by). */
+ortmem_status eng_kv_choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layout *out,
+                                   uint64_t *full_commit, eng_error *err);
+
 #endif
