@@ -7,6 +7,7 @@ set to the built library and PYTHONPATH to adapters/pytorch."""
 import ctypes
 import os
 import sys
+import types
 import unittest
 
 import ortmem_torch
@@ -79,6 +80,79 @@ class CtypesLayer(unittest.TestCase):
         self.lib.check(self.c.ortmem_torch_wake(0, b"kv"), "wake")
         self.assertEqual(ctypes.string_at(p, 3 * MiB), b"\x5a" * (3 * MiB))
         self.free(p, 3 * MiB)
+
+
+class StubTorch:
+    """Just what the package calls of torch, recorded: no torch here."""
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def __init__(self):
+        self.calls = []
+        stub = self
+
+        class Allocator:
+            def __init__(self, path, alloc, free):
+                stub.calls.append(("CUDAPluggableAllocator", path, alloc, free))
+
+        def change_current_allocator(allocator):
+            stub.calls.append(("change_current_allocator", type(allocator).__name__))
+
+        memory = types.SimpleNamespace(CUDAPluggableAllocator=Allocator,
+                                       change_current_allocator=change_current_allocator)
+        self.cuda = types.SimpleNamespace(memory=memory, OutOfMemoryError=self.OutOfMemoryError,
+                                          is_available=lambda: False,
+                                          is_initialized=lambda: False)
+
+
+class TorchFacing(unittest.TestCase):
+    """install(), checked(), sleep() and wake() against a stub torch."""
+
+    def setUp(self):
+        self.torch = StubTorch()
+        sys.modules["torch"] = self.torch
+        _lib.load(os.environ["ORTMEM_TORCH_LIB"], build=False)
+        ortmem_torch.init(backend="cpu", budget=8 * MiB, cache_bytes=0, granule_bytes=64 << 10,
+                          arena_bytes=64 * MiB)
+
+    def tearDown(self):
+        del sys.modules["torch"]
+        ortmem_torch._allocator = None
+
+    def test_install_hands_pytorch_the_library_and_its_two_symbols(self):
+        ortmem_torch.install(backend="cpu", budget=8 * MiB, cache_bytes=0,
+                             granule_bytes=64 << 10, arena_bytes=64 * MiB)
+        self.assertEqual(self.torch.calls, [
+            ("CUDAPluggableAllocator", os.environ["ORTMEM_TORCH_LIB"], "ortmem_torch_alloc",
+             "ortmem_torch_free"),
+            ("change_current_allocator", "Allocator")])
+
+    def test_a_refused_alloc_inside_checked_is_out_of_memory_with_the_ledgers_message(self):
+        c = _lib.load().lib
+        with self.assertRaises(self.torch.OutOfMemoryError) as raised:
+            with ortmem_torch.checked():
+                self.assertIsNone(c.ortmem_torch_alloc(64 * MiB, 0, None))
+        for word in ("requested", "available", "limit"):
+            self.assertIn(word, str(raised.exception))
+        with ortmem_torch.checked():  # nothing refused: nothing raised
+            p = c.ortmem_torch_alloc(4096, 0, None)
+            c.ortmem_torch_free(p, 4096, 0, None)
+
+    def test_a_wake_over_budget_is_out_of_memory_and_changes_nothing(self):
+        c = _lib.load().lib
+        with ortmem_torch.tag("weights"):
+            p = c.ortmem_torch_alloc(4 * MiB, 0, None)
+        ortmem_torch.sleep("weights", backup=True)
+        ortmem_torch.set_budget(MiB)
+        with self.assertRaises(self.torch.OutOfMemoryError):
+            ortmem_torch.wake("weights")
+        self.assertEqual(ortmem_torch.memory_stats()["asleep.weights"], 1)
+        ortmem_torch.set_budget(8 * MiB)
+        ortmem_torch.wake("weights")
+        c.ortmem_torch_free(p, 4 * MiB, 0, None)
+        with self.assertRaises(_lib.OrtmemTorchError):
+            ortmem_torch.wake("weights")
 
 
 if __name__ == "__main__":
