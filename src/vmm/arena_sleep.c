@@ -97,9 +97,10 @@ static ortmem_status take_backup(ortmem_arena *a, const ortmem_arena_sleep_optio
         ortmem_status st = ortmem_backend_copy(a->backend, s->backup + r->host_offset,
                                                (const void *)(a->base + r->offset), r->length);
         if (st != ORTMEM_OK) {
+            size_t offset = r->offset, length = r->length; /* r goes with s */
             om_sleep_state_free(s);
-            return om_error_wrap(st, "arena sleep: backing up [%zu, +%zu) to host failed",
-                                 r->offset, r->length);
+            return om_error_wrap(st, "arena sleep: backing up [%zu, +%zu) to host failed", offset,
+                                 length);
         }
     }
     return ORTMEM_OK;

@@ -30,6 +30,9 @@ import subprocess
 import sys
 import time
 
+# The package beside this folder, when PYTHONPATH does not name it.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 SMOLLM2_135M = dict(
     vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
@@ -72,8 +75,7 @@ def child(args):
     def generate(n):
         with torch.inference_mode():
             out = model.generate(input_ids=prompt, attention_mask=attention, do_sample=False,
-                                 max_new_tokens=n, min_new_tokens=n, pad_token_id=0,
-                                 eos_token_id=None)
+                                 max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
         torch.cuda.synchronize()
         return out
 
@@ -139,8 +141,15 @@ def parent(args):
                str(args.repeats)]
         if cache is not None:
             cmd += ["--cache-mib", str(cache)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                              timeout=args.timeout)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                  timeout=args.timeout)
+        except subprocess.TimeoutExpired as expired:
+            failures.append(name)
+            runs[name] = {"error": "timed out after %d s" % args.timeout,
+                          "stderr_tail": (expired.stderr or b"")[-3000:].decode("utf-8", "replace")
+                          if isinstance(expired.stderr, bytes) else str(expired.stderr)[-3000:]}
+            continue
         line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
         if proc.returncode != 0 or not line:
             failures.append(name)

@@ -29,6 +29,9 @@ import os
 import subprocess
 import sys
 
+# The package beside this folder, when PYTHONPATH does not name it.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 MiB = 1 << 20
 SMOLLM2_135M = dict(
     vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -155,9 +158,13 @@ def install_mode(args):
 
     ortmem_torch.wake("weights")
     awake = ortmem_torch.memory_stats()
+    # Extents only cached before the sleep (no live tensor) are not committed again.
     checks.check("wake_recommits", awake["asleep.weights"] == 0
-                 and awake["owned_bytes.weights.current"] == before["owned_bytes.weights.current"],
-                 owned=awake["owned_bytes.weights.current"])
+                 and awake["allocated_bytes.weights.current"]
+                 <= awake["owned_bytes.weights.current"]
+                 <= before["owned_bytes.weights.current"],
+                 owned=awake["owned_bytes.weights.current"],
+                 owned_before_sleep=before["owned_bytes.weights.current"])
     checks.check("wake_keeps_every_address", [p.data_ptr() for p in model.parameters()] == ptrs)
     checks.check("wake_restores_every_byte", checksums(torch, model) == sums)
     tokens_b = greedy(torch, model, args.seed)
