@@ -738,6 +738,12 @@ typedef struct ortmem_arena_stats {
                                    ortmem_arena_reclaim, _pressure and allocs refused
                                    for budget */
     uint64_t extents_committed; /* extents mapped now (backend handles the arena holds) */
+    /* Sleep and wake (ortmem_arena_sleep). */
+    uint64_t asleep;        /* 1 while the arena sleeps, else 0 */
+    uint64_t dormant_bytes; /* while asleep: the bytes of the extents wake commits again */
+    uint64_t backup_bytes;  /* while asleep: host bytes holding the backed-up allocations */
+    uint64_t sleeps;        /* sleeps that took effect */
+    uint64_t wakes;         /* wakes that took effect */
 } ortmem_arena_stats;
 
 ORTMEM_API ortmem_status ortmem_arena_create(ortmem_backend *backend,
@@ -776,6 +782,65 @@ ORTMEM_API ortmem_status ortmem_arena_reclaim(ortmem_arena *arena, uint64_t want
  * account the arena charges. Returns the bytes reclaimed; never fails (a
  * failed decommit is logged as a warning). */
 ORTMEM_API uint64_t ortmem_arena_pressure(void *arena, uint64_t want_bytes);
+/* ---- Arena sleep and wake ---------------------------------------------------
+ * Sleep gives an idle arena's device memory back while every pointer it
+ * handed out stays valid: every committed extent is decommitted straight to
+ * the backend (never its pool), so its owned bytes are refunded to the
+ * account (the authority's ledger drops by them), and the VA stays reserved.
+ * With backup, the bytes of every live allocation are first copied to host
+ * memory with the backend's copy primitive (synchronous). Wake commits the
+ * extents that still hold live allocations again, whole, at the same
+ * offsets, charged to the account like any commit, and copies the backup
+ * back: every live allocation has the address and, when backed up, the bytes
+ * it had. Without backup the bytes after wake are undefined: a freshly
+ * created extent (zeros on the CPU backend; the CUDA driver promises
+ * nothing), or one served from the backend's pool with what it last held.
+ *
+ * While asleep, alloc is refused with ORTMEM_E_STATE; free is allowed (pure
+ * bookkeeping: it touches no byte, and an extent left with no live
+ * allocation is not committed again); trim and reclaim find nothing cached;
+ * destroy works as awake. Sleep and wake never run the device's work: the
+ * caller makes sure no kernel or copy uses the arena's memory between the
+ * start of sleep and the end of wake (synchronize first). */
+
+typedef struct ortmem_arena_sleep_options {
+    size_t struct_size;
+    int backup; /* non-zero: copy the live allocations' bytes to host first */
+    /* With backup: the caller's host buffer (pinned memory copies faster) of
+     * backup_capacity bytes, at least ortmem_arena_backup_bytes, kept by the
+     * arena until wake ends; NULL = the arena allocates one itself. */
+    void *backup_buffer;
+    size_t backup_capacity;
+} ortmem_arena_sleep_options;
+
+#define ORTMEM_ARENA_SLEEP_OPTIONS_INIT                                                            \
+    {                                                                                              \
+        sizeof(ortmem_arena_sleep_options), 0, NULL, 0                                             \
+    }
+
+/* The host bytes a backup takes now: the live allocations' bytes, each
+ * rounded up to the arena's quantum. */
+ORTMEM_API ortmem_status ortmem_arena_backup_bytes(ortmem_arena *arena, size_t *bytes);
+
+/* Puts the arena to sleep (options NULL: no backup). ORTMEM_E_STATE when it
+ * sleeps already; ORTMEM_E_UNSUPPORTED for a backup on a backend without a
+ * copy primitive; ORTMEM_E_RANGE for a caller's buffer that is too small. A
+ * failed backup copy or decommit changes nothing (the arena stays awake),
+ * except where the backend failed in a way that unmapped some extents
+ * anyway: the arena is then asleep, the detail says so and
+ * ortmem_arena_stats.asleep is 1 (wake recommits them). ORTMEM_E_QUARANTINED:
+ * asleep, but a release failed and that extent's bytes stay owned in the
+ * backend's quarantine. */
+ORTMEM_API ortmem_status ortmem_arena_sleep(ortmem_arena *arena,
+                                            const ortmem_arena_sleep_options *options);
+
+/* Wakes a sleeping arena. ORTMEM_E_STATE when it is awake. All or nothing: a
+ * refusal for budget (ORTMEM_E_BUDGET, with the authority's numbers; a
+ * holder's pressure is asked first, as for an alloc), a failed commit or a
+ * failed restore copy leaves the arena asleep with its backup, and wake may
+ * be called again. */
+ORTMEM_API ortmem_status ortmem_arena_wake(ortmem_arena *arena);
+
 /* The arena's region, for inspection (granule info, base). Committing,
  * decommitting or destroying it directly puts the arena out of step. */
 ORTMEM_API ortmem_region *ortmem_arena_region(ortmem_arena *arena);

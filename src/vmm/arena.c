@@ -39,20 +39,6 @@
 #include "vmm/arena_internal.h"
 #include "vmm/region.h"
 
-static ortmem_status pin_arena(ortmem_arena *a, const char *what)
-{
-    ortmem_status st = om_handle_pin(a, OM_KIND_ARENA, what);
-    if (st == ORTMEM_OK)
-        pthread_mutex_lock(&a->lock);
-    return st;
-}
-
-static void unpin_arena(ortmem_arena *a)
-{
-    pthread_mutex_unlock(&a->lock);
-    om_handle_unpin(&a->hdr);
-}
-
 static void free_metadata(ortmem_arena *a)
 {
     om_blocks_release(a);
@@ -60,6 +46,7 @@ static void free_metadata(ortmem_arena *a)
     om_map_free(&a->freed);
     om_free(a->granules);
     om_free(a->scratch);
+    om_sleep_state_free(&a->sleep);
     om_account_drop(&a->account);
     om_free(a);
 }
@@ -208,6 +195,7 @@ ortmem_status ortmem_arena_create(ortmem_backend *backend, const ortmem_arena_op
         return OM_ERR(ORTMEM_E_NOMEM, "arena create: %zu bytes of bookkeeping", sizeof *a);
     }
     init_arena(a, region, &account, &opt);
+    a->backend = backend;
     if (!alloc_bookkeeping(a)) {
         size_t count = a->granule_count;
         undo_create(region, a, NULL);
@@ -265,7 +253,7 @@ static ortmem_status tear_down(ortmem_arena *a)
 ortmem_status ortmem_arena_destroy(ortmem_arena *a, int force)
 {
     om_error_clear();
-    ortmem_status st = pin_arena(a, "arena destroy");
+    ortmem_status st = om_arena_pin(a, "arena destroy");
     if (st != ORTMEM_OK)
         return st;
     bool retired = false;
@@ -334,6 +322,10 @@ static ortmem_status alloc_once(ortmem_arena *a, size_t size, size_t align, void
     ortmem_status st = check_alloc(a, size, align, ptr, &eff_align);
     if (st != ORTMEM_OK)
         return st;
+    if (a->asleep)
+        return OM_ERR(ORTMEM_E_STATE,
+                      "arena alloc of %zu bytes: the arena is asleep (ortmem_arena_wake first)",
+                      size);
     size_t bytes = om_round_up(size, a->quantum), start = 0;
     om_block *b = bytes <= a->capacity ? om_index_find(a, bytes, eff_align, &start) : NULL;
     if (!b)
@@ -398,7 +390,7 @@ static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align
                                       om_relief *relief)
 {
     om_error_clear();
-    ortmem_status st = pin_arena(a, "arena alloc");
+    ortmem_status st = om_arena_pin(a, "arena alloc");
     if (st != ORTMEM_OK)
         return st;
     st = alloc_locked(a, size, align, ptr, relief);
@@ -408,7 +400,7 @@ static ortmem_status arena_alloc_once(ortmem_arena *a, size_t size, size_t align
         st == ORTMEM_E_BUDGET && relief && relief->set && om_account_can_relieve(&relief->account);
     if (st != ORTMEM_OK && !retried)
         a->failed_allocs++; /* a refusal about to be relieved and retried is not final */
-    unpin_arena(a);
+    om_arena_unpin(a);
     return st;
 }
 
@@ -500,12 +492,12 @@ static ortmem_status free_locked(ortmem_arena *a, void *ptr, char *warning, size
 ortmem_status ortmem_arena_free(ortmem_arena *a, void *ptr)
 {
     om_error_clear();
-    ortmem_status st = pin_arena(a, "arena free");
+    ortmem_status st = om_arena_pin(a, "arena free");
     if (st != ORTMEM_OK)
         return st;
     char warning[512] = "";
     st = free_locked(a, ptr, warning, sizeof warning);
-    unpin_arena(a);
+    om_arena_unpin(a);
     /* Logged outside the lock: the callback may call into this arena. */
     if (warning[0])
         om_log(ORTMEM_LOG_WARN, "%s", warning);
@@ -520,7 +512,7 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
     ortmem_status st = OM_STRUCT_CHECK("arena stats", "stats", stats);
     if (st != ORTMEM_OK)
         return st;
-    st = pin_arena(a, "arena stats");
+    st = om_arena_pin(a, "arena stats");
     if (st != ORTMEM_OK)
         return st;
     ortmem_arena_stats s;
@@ -539,7 +531,13 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
     s.cache_limit_bytes = (uint64_t)a->cache_granules * a->granule;
     s.reclaimed_bytes = a->reclaimed_bytes;
     s.extents_committed = a->extent_count;
-    unpin_arena(a);
+    s.asleep = a->asleep;
+    for (size_t i = 0; i < a->sleep.dormant_count; i++)
+        s.dormant_bytes += (uint64_t)a->sleep.dormant[i].granules * a->granule;
+    s.backup_bytes = a->sleep.backup ? a->sleep.backup_bytes : 0;
+    s.sleeps = a->sleeps;
+    s.wakes = a->wakes;
+    om_arena_unpin(a);
     memcpy(stats, &s, stats->struct_size);
     return ORTMEM_OK;
 }
@@ -547,14 +545,14 @@ ortmem_status ortmem_arena_stats_get(ortmem_arena *a, ortmem_arena_stats *stats)
 ortmem_status ortmem_arena_trim(ortmem_arena *a, size_t keep_bytes)
 {
     om_error_clear();
-    ortmem_status st = pin_arena(a, "arena trim");
+    ortmem_status st = om_arena_pin(a, "arena trim");
     if (st != ORTMEM_OK)
         return st;
     st = om_cache_evict(a, keep_bytes / a->granule, 0, NULL);
     if (st != ORTMEM_OK)
         st = om_error_wrap(st, "arena trim to %zu bytes", keep_bytes);
     assert(om_arena_ledger_consistent(a));
-    unpin_arena(a);
+    om_arena_unpin(a);
     return st;
 }
 
@@ -563,7 +561,7 @@ ortmem_status ortmem_arena_reclaim(ortmem_arena *a, uint64_t want_bytes, uint64_
     om_error_clear();
     if (reclaimed_bytes)
         *reclaimed_bytes = 0;
-    ortmem_status st = pin_arena(a, "arena reclaim");
+    ortmem_status st = om_arena_pin(a, "arena reclaim");
     if (st != ORTMEM_OK)
         return st;
     uint64_t want_granules = want_bytes / a->granule + (want_bytes % a->granule != 0);
@@ -576,7 +574,7 @@ ortmem_status ortmem_arena_reclaim(ortmem_arena *a, uint64_t want_bytes, uint64_
         st = om_error_wrap(st, "arena reclaim of %llu bytes (%llu reclaimed)",
                            (unsigned long long)want_bytes, (unsigned long long)got);
     assert(om_arena_ledger_consistent(a));
-    unpin_arena(a);
+    om_arena_unpin(a);
     if (reclaimed_bytes)
         *reclaimed_bytes = got;
     return st;
@@ -595,9 +593,9 @@ uint64_t ortmem_arena_pressure(void *arena, uint64_t want_bytes)
 ortmem_region *ortmem_arena_region(ortmem_arena *a)
 {
     om_error_clear();
-    if (pin_arena(a, "arena region") != ORTMEM_OK)
+    if (om_arena_pin(a, "arena region") != ORTMEM_OK)
         return NULL;
     ortmem_region *region = a->region;
-    unpin_arena(a);
+    om_arena_unpin(a);
     return region;
 }

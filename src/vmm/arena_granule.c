@@ -76,12 +76,13 @@ static bool fence_quarantined(ortmem_arena *a, ortmem_status st, const ortmem_ra
     return fenced;
 }
 
-static void mark_committed(ortmem_arena *a, const ortmem_range *ext, size_t count)
+void om_extents_mark_committed(ortmem_arena *a, const ortmem_range *ext, size_t count)
 {
     for (size_t e = 0; e < count; e++) {
         size_t first = ext[e].offset / a->granule, k = ext[e].length / a->granule;
         for (size_t i = first; i < first + k; i++) {
-            assert(!a->granules[i].committed && a->granules[i].live == 0);
+            /* live > 0 only where wake commits a sleeping extent again */
+            assert(!a->granules[i].committed);
             a->granules[i].committed = true;
             a->granules[i].ext_first = first;
         }
@@ -181,7 +182,7 @@ ortmem_status om_granules_commit(ortmem_arena *a, size_t g_first, size_t g_last,
         if (st != ORTMEM_OK)
             *fenced |= fence_quarantined(a, st, ext, count);
         else
-            mark_committed(a, ext, count);
+            om_extents_mark_committed(a, ext, count);
     }
     om_free(sizes);
     om_free(ext);

@@ -6,6 +6,8 @@
  * arena_map.c      the offset -> entry maps (used blocks, freed starts)
  * arena_granule.c  per-granule live counts, extents: layout, commit, fencing
  * arena_cache.c    the LRU of empty committed extents and its eviction
+ * arena_sleep.c    sleep and wake: every extent decommitted, the VA kept, the
+ *                  live bytes backed up to host on request and restored
  *
  * Debug builds assert the invariants below; release builds (NDEBUG) compile
  * the checks out. */
@@ -69,10 +71,33 @@ typedef struct om_granule {
     bool cached; /* first granule: the extent is committed, empty, on the LRU list */
 } om_granule;
 
+/* An extent sleep decommitted while allocations lived on it: wake commits
+ * it again, whole, at the same offset. */
+typedef struct om_dormant {
+    size_t first, granules;
+} om_dormant;
+
+/* Allocated bytes [offset, +length) backed up at host_offset of the backup. */
+typedef struct om_backup_run {
+    size_t offset, length, host_offset;
+} om_backup_run;
+
+/* What a sleeping arena keeps to wake with (all empty while awake). */
+typedef struct om_sleep_state {
+    om_dormant *dormant; /* extents wake commits again */
+    size_t dormant_count;
+    om_backup_run *runs; /* backed-up allocated bytes, address order */
+    size_t run_count;
+    unsigned char *backup; /* host copy of the runs; NULL: not backed up */
+    size_t backup_bytes;
+    bool backup_owned; /* allocated by the arena (om_malloc), freed at wake */
+} om_sleep_state;
+
 struct ortmem_arena {
     om_handle hdr;
     pthread_mutex_t lock;
     ortmem_region *region;
+    ortmem_backend *backend; /* the region's: the backup's copies go through it */
     uintptr_t base;
     size_t capacity;
     size_t granule;
@@ -107,7 +132,25 @@ struct ortmem_arena {
     uint64_t allocated_bytes, allocated_peak, live_allocations, committed_peak;
     uint64_t allocs, frees, failed_allocs;
     uint64_t reclaimed_bytes; /* cached bytes given back under pressure, in all */
+    /* Sleep: allocs refused, extents decommitted, the VA kept. */
+    bool asleep;
+    om_sleep_state sleep;
+    uint64_t sleeps, wakes;
 };
+
+static inline ortmem_status om_arena_pin(ortmem_arena *a, const char *what)
+{
+    ortmem_status st = om_handle_pin(a, OM_KIND_ARENA, what);
+    if (st == ORTMEM_OK)
+        pthread_mutex_lock(&a->lock);
+    return st;
+}
+
+static inline void om_arena_unpin(ortmem_arena *a)
+{
+    pthread_mutex_unlock(&a->lock);
+    om_handle_unpin(&a->hdr);
+}
 
 static inline bool om_is_pow2(size_t v)
 {
@@ -184,6 +227,13 @@ void om_granules_put(ortmem_arena *a, size_t g_first, size_t g_last);
 void om_extent_decommitted(ortmem_arena *a, size_t first);
 /* Fences off a granule the region quarantined; false when it cannot. */
 bool om_granule_fence(ortmem_arena *a, size_t i);
+/* The extents ext[0, count) were just mapped: records them, each empty. */
+void om_extents_mark_committed(ortmem_arena *a, const ortmem_range *ext, size_t count);
+
+/* ---- arena_sleep.c ---- */
+
+/* Frees what a sleeping arena kept to wake with (destroy). */
+void om_sleep_state_free(om_sleep_state *s);
 
 /* ---- arena_cache.c: the LRU of empty committed extents ---- */
 
