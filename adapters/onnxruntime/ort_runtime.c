@@ -7,7 +7,7 @@
 typedef const OrtApiBase *(*get_api_base_fn)(void);
 
 struct ortmem_ort {
-    void *library;
+    void *library; /* never closed (ortmem_ort_close) */
     const OrtApi *api;
     const char *version;
 };
@@ -54,7 +54,9 @@ void ortmem_ort_close(ortmem_ort *ort)
 {
     if (ort == NULL)
         return;
-    dlclose(ort->library);
+    /* The library stays loaded: ORT keeps process-wide state (its logging
+     * manager, default allocators, thread pools) that unloading would strand,
+     * and leak checkers can then name it in their stacks. */
     free(ort);
 }
 

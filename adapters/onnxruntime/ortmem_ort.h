@@ -41,7 +41,9 @@ typedef struct ortmem_ort ortmem_ort;
  * API table for ORT_API_VERSION. ORTMEM_E_UNAVAILABLE with the dlopen error
  * or the versions when it cannot. */
 ortmem_status ortmem_ort_open(const char *library_path, ortmem_ort **out);
-/* Closes the library: every ORT object made through it must be released first. */
+/* Frees the handle; every ORT object made through it must be released first.
+ * libonnxruntime itself stays loaded for the life of the process (ORT's
+ * process-wide state does not survive an unload). */
 void ortmem_ort_close(ortmem_ort *ort);
 const OrtApi *ortmem_ort_api(const ortmem_ort *ort);
 /* The library's version string ("1.30.0"). */
