@@ -5,10 +5,13 @@
  *
  *   ortmem-ort-decode --model M.onnx [--lib libonnxruntime.so] [--device cpu|cuda]
  *                     [--steps N] [--max-context N] [--granule BYTES] [--every N]
+ *                     [--per-granule]
  *
  * --lib defaults as the tests find it (ORTMEM_ORT_LIB, ORTMEM_ORT_VENV).
  * --granule sets the CPU backend's granule (default 2 MiB); the CUDA backend
- * uses the driver's. Exit status 0 when the outputs are equal. */
+ * uses the driver's. --per-granule grows the KV one granule at a time
+ * (ORTMEM_EXTENT_GRANULE) instead of the cache's default geometric extents.
+ * Exit status 0 when the outputs are equal. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,7 +47,8 @@ static void print_step(void *user, uint32_t step)
 static int usage(void)
 {
     fprintf(stderr, "usage: ortmem-ort-decode --model M.onnx [--lib L] [--device cpu|cuda] "
-                    "[--steps N] [--max-context N] [--granule BYTES] [--every N]\n");
+                    "[--steps N] [--max-context N] [--granule BYTES] [--every N] "
+                    "[--per-granule]\n");
     return 2;
 }
 
@@ -60,8 +64,13 @@ int main(int argc, char **argv)
     char *lib = ort_decode_library_path();
     uint32_t steps = 64, every = 16;
     uint64_t max_context = 4096, granule = 0;
+    int per_granule = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "--per-granule") == 0) {
+            per_granule = 1;
+            continue;
+        }
         if (value == NULL)
             return usage();
         if (strcmp(arg, "--model") == 0)
@@ -154,6 +163,8 @@ int main(int argc, char **argv)
     ko.kv_heads = TINY_HEADS;
     ko.head_dim = TINY_HEAD_DIM;
     ko.max_context = max_context;
+    if (per_granule)
+        ko.extents.growth = ORTMEM_EXTENT_GRANULE;
     ortmem_ort_kv *kv = NULL;
     if (ortmem_ort_kv_create(ort, kv_authority, kv_info, &ko, &kv) != ORTMEM_OK)
         return fail("KV cache");

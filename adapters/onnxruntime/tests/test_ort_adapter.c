@@ -304,6 +304,7 @@ Test(ort_adapter, allocator_budget_breach_is_a_clean_error)
     char detail[512];
     ortmem_ort_allocator_last_error(a, detail, sizeof(detail));
     cr_expect(strstr(detail, "refused: ORTMEM_E_BUDGET") != NULL, "%s", detail);
+    cr_log_info("allocator: %s; ORT: %s", detail, ortmem_last_error());
     cr_expect(strstr(detail, "requested") != NULL, "%s", detail);
     cr_expect(strstr(detail, "available") != NULL, "%s", detail);
     cr_expect(strstr(detail, "limit 262144") != NULL, "%s", detail);
