@@ -321,3 +321,78 @@ Test(ort_adapter, allocator_budget_breach_is_a_clean_error)
     cr_assert_eq(ortmem_backend_destroy(kv_backend), ORTMEM_OK);
     close_fixture(&f);
 }
+
+Test(ort_adapter, open_names_a_missing_library)
+{
+    /* Needs no ONNX Runtime: the loader's refusal is a status with the reason. */
+    ortmem_ort *ort = NULL;
+    cr_assert_eq(ortmem_ort_open("/nonexistent/libonnxruntime.so", &ort), ORTMEM_E_UNAVAILABLE);
+    cr_assert_null(ort);
+    cr_expect(strstr(ortmem_last_error(), "/nonexistent/libonnxruntime.so") != NULL, "%s",
+              ortmem_last_error());
+}
+
+Test(ort_adapter, kv_refuses_memory_of_another_device)
+{
+    fixture f;
+    open_or_skip(&f, (uint64_t)64 << 20);
+    const OrtApi *api = ortmem_ort_api(f.ort);
+    OrtMemoryInfo *cuda = NULL;
+    cr_assert_null(api->CreateMemoryInfo("Cuda", OrtDeviceAllocator, 0, OrtMemTypeDefault, &cuda));
+    ortmem_ort_kv_options o = ORTMEM_ORT_KV_OPTIONS_INIT;
+    o.layers = TINY_LAYERS;
+    o.kv_heads = TINY_HEADS;
+    o.head_dim = TINY_HEAD_DIM;
+    o.max_context = 64;
+    ortmem_ort_kv *kv = NULL;
+    cr_assert_eq(ortmem_ort_kv_create(f.ort, f.authority, cuda, &o, &kv), ORTMEM_E_INVALID);
+    cr_assert_null(kv);
+    cr_expect(strstr(ortmem_last_error(), "CUDA memory but the authority's backend is 'cpu'") !=
+                  NULL,
+              "%s", ortmem_last_error());
+    ortmem_ort_allocator_options ao = ORTMEM_ORT_ALLOCATOR_OPTIONS_INIT;
+    ao.authority = f.authority;
+    ortmem_ort_allocator *a = NULL;
+    cr_assert_eq(ortmem_ort_allocator_create(f.ort, cuda, &ao, &a), ORTMEM_E_INVALID);
+    cr_assert_null(a);
+    api->ReleaseMemoryInfo(cuda);
+    close_fixture(&f);
+}
+
+Test(ort_adapter, allocator_destroy_waits_for_live_blocks)
+{
+    fixture f;
+    open_or_skip(&f, (uint64_t)64 << 20);
+    ortmem_ort_allocator_options o = ORTMEM_ORT_ALLOCATOR_OPTIONS_INIT;
+    o.authority = f.authority;
+    o.capacity = (uint64_t)16 << 20;
+    o.cache_bytes = 0; /* decommit an emptied extent at once */
+    ortmem_ort_allocator *a = NULL;
+    cr_assert_eq(ortmem_ort_allocator_create(f.ort, NULL, &o, &a), ORTMEM_OK, "%s",
+                 ortmem_last_error());
+    OrtAllocator *ort_allocator = ortmem_ort_allocator_ort(a);
+    cr_assert_eq(ort_allocator->version, ORT_API_VERSION);
+    void *block = ort_allocator->Alloc(ort_allocator, 100000);
+    void *reserved = ort_allocator->Reserve(ort_allocator, 3000);
+    cr_assert_not_null(block);
+    cr_assert_not_null(reserved);
+    memset(block, 0x5a, 100000);
+    cr_assert_gt(owned_bytes(&f), 0);
+    ortmem_ort_allocator_stats s;
+    s.struct_size = sizeof(s);
+    cr_assert_eq(ortmem_ort_allocator_stats_get(a, &s), ORTMEM_OK);
+    cr_expect_eq(s.allocs, 2);
+    cr_expect_eq(s.reserves, 1);
+    cr_expect_eq(s.live, 2);
+    cr_expect_eq(s.live_bytes, 103000);
+    /* Live blocks: destroy refuses and changes nothing. */
+    cr_assert_eq(ortmem_ort_allocator_destroy(a), ORTMEM_E_BUSY);
+    ort_allocator->Free(ort_allocator, block);
+    ort_allocator->Free(ort_allocator, reserved);
+    ort_allocator->Free(ort_allocator, NULL);
+    cr_assert_eq(ortmem_ort_allocator_stats_get(a, &s), ORTMEM_OK);
+    cr_expect_eq(s.frees, 2);
+    cr_expect_eq(s.live, 0);
+    cr_assert_eq(ortmem_ort_allocator_destroy(a), ORTMEM_OK, "%s", ortmem_last_error());
+    close_fixture(&f);
+}
