@@ -171,6 +171,34 @@ else
   note "torch_trace.py: $(grep -c '"skipped"' "$OUT/torch_trace.jsonl") of $(grep -c '^{' "$OUT/torch_trace.jsonl") variants skipped"
 fi
 
+step "the engine on the GPU (tests/engine/cuda/gpu_decode --bench) beside HF transformers"
+# Runs where the model was carried (scripts/model-carry.sh, ORTMEM_MODEL):
+# the engine's tok/s at batch 1 (graphs on and off), 8 and 32, then HF
+# transformers' eager decode of the same geometry (bench/peer/hf_decode.py),
+# in the same run. Built in its own release tree with the tests (the
+# benchmark is the check program's --bench mode).
+if [ -n "${ORTMEM_MODEL:-}" ] && [ -r "${ORTMEM_MODEL:-}" ]; then
+  ebuild=build-gpu-engine
+  eargs=(-Dcuda=enabled -Dtests=true -Dbench=false -Dgpu_tests=true -Dbuildtype=release)
+  if [ -f "$ebuild/build.ninja" ]; then
+    bounded 120 meson setup --wipe "$ebuild" "${eargs[@]}" >"$tooldir/engine-configure.log" 2>&1
+  else
+    bounded 120 meson setup "$ebuild" "${eargs[@]}" >"$tooldir/engine-configure.log" 2>&1
+  fi
+  if bounded 240 ninja -C "$ebuild" -j "$(nproc)" tests/engine/cuda/gpu_decode >"$OUT/engine-build.log" 2>&1; then
+    ORTMEM_ENGINE_TEST_DATA=$repo/tests/data/engine bounded 150 "$ebuild/tests/engine/cuda/gpu_decode" --bench \
+      | tee "$OUT/engine_gpu.jsonl"
+    bounded 150 python3 bench/peer/hf_decode.py --steps 128 2>"$OUT/hf_peer.err" | tee "$OUT/hf_peer.jsonl"
+    note "engine on the GPU: $OUT/engine_gpu.jsonl, HF transformers: $OUT/hf_peer.jsonl"
+  else
+    failed=1
+    tail -20 "$OUT/engine-build.log"
+    note "engine on the GPU: build failed ($OUT/engine-build.log)"
+  fi
+else
+  note "engine on the GPU: skipped (no model here: scripts/model-carry.sh, ORTMEM_MODEL)"
+fi
+
 # ---- tables ----
 step "tables ($OUT/gpu_bench.md)"
 if [ -s "$OUT/gpu_bench.json" ]; then

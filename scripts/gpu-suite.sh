@@ -107,7 +107,7 @@ cp "$build/meson-logs/gpu.txt" "$OUT/testlog-gpu.txt" 2>/dev/null
 note "GPU suite (meson --suite gpu): $(counts "$tooldir/gpu.out")(rc $rc)"
 if [ -f "$OUT/testlog-gpu.txt" ]; then
   # Criterion's per-test lines and synthesis, graph_tests' own tally.
-  grep -E "^\[(PASS|FAIL|SKIP|ERR)|Synthesis|CRASH|^\[RUN |^gpu: |^graph_tests:|passed, [0-9]+ failed|^  (FAIL|kv:)" \
+  grep -E "^\[(PASS|FAIL|SKIP|ERR)|Synthesis|CRASH|^\[RUN |^gpu: |^graph_tests:|passed, [0-9]+ failed|^  (FAIL|PASS|kv:|graph:)|^gpu_decode" \
     "$OUT/testlog-gpu.txt" | grep -v '^\[RUN ' | sed 's/^/  /'
   synth=$(grep -m1 "Synthesis" "$OUT/testlog-gpu.txt" | sed 's/.*Synthesis: //')
   tally=$(grep -m1 -E "^[0-9]+ passed, [0-9]+ failed" "$OUT/testlog-gpu.txt")
