@@ -199,6 +199,7 @@ cudaError_t launch_forward(eng_gpu_context *c, int32_t T, eng_gpu_dot_kind kind,
     eng_gpu_rows rows = {d.rows, d.rows + ENG_GPU_MAX_ROWS, d.rows + 2 * ENG_GPU_MAX_ROWS, T};
     eng_gpu_kv kv = {d.k_base, d.v_base, c->batch, c->token_stride, c->head_stride};
     cudaStream_t s = c->stream;
+    const bool fused_quant = eng_gpu_attention_quantizes(D);
     uint32_t n = 0;
     cudaError_t e = eng_gpu_embed(s, device_matrix(c->model->token_embd), rows, d.x);
     n++;
@@ -207,25 +208,25 @@ cudaError_t launch_forward(eng_gpu_context *c, int32_t T, eng_gpu_dot_kind kind,
         const eng_gpu_matrix *m = d.mats + (size_t)l * kMatsPerLayer;
         float *const *y = d.ys + (size_t)l * kMatsPerLayer;
         if ((e = eng_gpu_rms_norm_quant(s, d.x, L.attn_norm, E, hp.rms_eps, T, d.act)) ||
-            (e = eng_gpu_matvec(s, m, QD + 2 * KD, y, 3, d.act, T, false)) ||
+            (e = eng_gpu_matvec(s, m, QD + 2 * KD, E, y, 3, d.act, T, false)) ||
             (e = eng_gpu_rope_store(s, d.q, d.k, d.v, d.rope, rows, hp.n_head, hp.n_head_kv, D,
                                     hp.n_rot, kv, l)) ||
             (e = eng_gpu_attention(s, d.q, kv, l, rows, hp.n_head, hp.n_head_kv, D, c->n_ctx, kind,
-                                   d.scores, d.weights, d.attn)) ||
-            (e = eng_gpu_quant(s, d.attn, QD, T, d.act)) ||
-            (e = eng_gpu_matvec(s, m + 3, E, y + 3, 1, d.act, T, true)) ||
+                                   d.scores, d.weights, d.attn, d.act)) ||
+            (!fused_quant && (e = eng_gpu_quant(s, d.attn, QD, T, d.act))) ||
+            (e = eng_gpu_matvec(s, m + 3, E, QD, y + 3, 1, d.act, T, true)) ||
             (e = eng_gpu_rms_norm_quant(s, d.x, L.ffn_norm, E, hp.rms_eps, T, d.act)) ||
-            (e = eng_gpu_matvec(s, m + 4, 2 * F, y + 4, 2, d.act, T, false)) ||
+            (e = eng_gpu_matvec(s, m + 4, 2 * F, E, y + 4, 2, d.act, T, false)) ||
             (e = eng_gpu_swiglu_quant(s, d.gate, d.up, F, T, d.act)) ||
-            (e = eng_gpu_matvec(s, m + 6, E, y + 6, 1, d.act, T, true)))
+            (e = eng_gpu_matvec(s, m + 6, E, F, y + 6, 1, d.act, T, true)))
             break;
-        n += 10;
+        n += fused_quant ? 9 : 10;
     }
     if (e == cudaSuccess) {
         const eng_gpu_matrix *out = d.mats + (size_t)hp.n_layer * kMatsPerLayer;
         float *const *y = d.ys + (size_t)hp.n_layer * kMatsPerLayer;
         if (!(e = eng_gpu_rms_norm_quant(s, d.x, c->model->output_norm, E, hp.rms_eps, T, d.act)) &&
-            !(e = eng_gpu_matvec(s, out, hp.n_vocab, y, 1, d.act, T, false)))
+            !(e = eng_gpu_matvec(s, out, hp.n_vocab, E, y, 1, d.act, T, false)))
             e = eng_gpu_argmax(s, d.logits, hp.n_vocab, T, d.part_v, d.part_i, d.next);
         n += 4;
     }

@@ -312,6 +312,89 @@ __global__ void matvec_kernel(const eng_gpu_matrix *mats, float *const *ys, int 
     }
 }
 
+// One token (decode at batch 1): a warp per row. The warp's 32 threads
+// first compute every (block, lane) integer sum of the row at once, four
+// blocks per pass, so the row's loads are all in flight together; then
+// eight threads walk their lane's chain of fused multiply-adds over the
+// blocks from shared memory (the CPU's order), a ninth the minimum term's,
+// and the eight are folded as the CPU folds them.
+constexpr int kFastWarps = 4;               // warps (rows) per block of the one-token kernel
+constexpr uint32_t kMatvec1MaxBlocks = 256; // cols up to 8,192 (44 KiB of shared memory)
+
+__global__ void matvec1_kernel(const eng_gpu_matrix *mats, float *const *ys, int count,
+                               const eng_gpu_act_block *act, bool accumulate, uint32_t max_blocks)
+{
+    extern __shared__ float smem[]; // per warp: lanes[max_blocks * 8], scale, wm, as [max_blocks]
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *lanes = smem + (size_t)warp * max_blocks * 11;
+    float *scale = lanes + (size_t)max_blocks * 8, *wms = scale + max_blocks,
+          *ass = wms + max_blocks;
+    uint32_t r = blockIdx.x * kFastWarps + warp;
+    int m = 0;
+    while (m < count && r >= mats[m].rows) {
+        r -= mats[m].rows;
+        m++;
+    }
+    if (m >= count)
+        return; // the whole warp: rows past the last matrix
+    const eng_gpu_matrix w = mats[m];
+    const uint32_t blocks = w.cols / ENG_GPU_QK;
+    const int k = lane % 8;
+    const bool q41 = w.type == ENG_TYPE_Q4_1;
+#pragma unroll 4
+    for (uint32_t b = lane / 8; b < blocks; b += 4) {
+        const eng_gpu_act_block *a = act + b;
+        int8_t s4[4];
+        *(uint32_t *)s4 = *(const uint32_t *)(a->qs + 4 * k);
+        const float ad = half_to_float(a->d);
+        int sum;
+        float wd;
+        if (q41) {
+            const uint8_t *block = (const uint8_t *)w.data + ((size_t)r * blocks + b) * 20;
+            const uint16_t *dm = (const uint16_t *)block;
+            wd = half_to_float(dm[0]);
+            const uint32_t packed = *(const uint32_t *)(block + 4 + 4 * (k & 3));
+            uint8_t u[4];
+            for (int i = 0; i < 4; i++)
+                u[i] = (uint8_t)((packed >> (8 * i + (k >= 4 ? 4 : 0))) & 0x0f);
+            sum = quad_us(u, s4);
+            if (k == 0) {
+                wms[b] = half_to_float(dm[1]);
+                ass[b] = half_to_float(a->s);
+            }
+        } else {
+            const uint8_t *block = (const uint8_t *)w.data + ((size_t)r * blocks + b) * 34;
+            const uint16_t *h = (const uint16_t *)block;
+            wd = half_to_float(h[0]);
+            int8_t x[4];
+            *(uint16_t *)x = h[1 + 2 * k];
+            *(uint16_t *)(x + 2) = h[2 + 2 * k];
+            sum = quad_ss(x, s4);
+        }
+        lanes[b * 8 + k] = (float)sum;
+        if (k == 0)
+            scale[b] = wd * ad;
+    }
+    __syncwarp();
+    float acc = 0.0f;
+    if (lane < 8) {
+        for (uint32_t b = 0; b < blocks; b++)
+            acc = __fmaf_rn(scale[b], lanes[b * 8 + lane], acc);
+    } else if (lane == 8 && q41) {
+        for (uint32_t b = 0; b < blocks; b++)
+            acc = __fmaf_rn(wms[b], ass[b], acc);
+    }
+    float l8[8];
+    for (int l = 0; l < 8; l++)
+        l8[l] = __shfl_sync(0xffffffffu, acc, l);
+    const float summs = __shfl_sync(0xffffffffu, acc, 8);
+    if (lane == 0) {
+        const float v = hsum8(l8) + (q41 ? summs : 0.0f);
+        float *dst = ys[m] + r;
+        *dst = accumulate ? v + *dst : v;
+    }
+}
+
 // ---- RoPE and the KV store ----
 
 __global__ void rope_store_kernel(float *q, float *k, const float *v, const float *table,
@@ -375,7 +458,8 @@ __device__ float dot_f16_lanes(const uint16_t *k, const uint16_t *q, uint32_t D)
 
 __global__ void attention_kernel(const float *q, eng_gpu_kv kv, uint32_t layer, eng_gpu_rows rows,
                                  uint32_t n_head, uint32_t n_kv, uint32_t D, uint32_t n_ctx,
-                                 int kind, float *scores, uint16_t *weights, float *out)
+                                 int kind, float *scores, uint16_t *weights, float *out,
+                                 eng_gpu_act_block *act)
 {
     extern __shared__ float shared[]; // LANES * D floats, then D halves of q
     const int t = blockIdx.x, head = blockIdx.y;
@@ -434,19 +518,28 @@ __global__ void attention_kernel(const float *q, eng_gpu_kv kv, uint32_t layer, 
     }
     __syncthreads();
     float *o = out + ((size_t)t * n_head + head) * D;
-    for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
+    const uint32_t d = threadIdx.x; // blockDim.x >= D (at most ENG_ATTN_MAX_DIM)
+    float value = 0.0f;
+    if (d < D) {
         if (lanes == 32) {
             float l32[32];
             for (int l = 0; l < 32; l++)
                 l32[l] = acc[l * D + d];
-            o[d] = reduce_decode(l32);
+            value = reduce_decode(l32);
         } else {
             float l8[8];
             for (int l = 0; l < 8; l++)
                 l8[l] = acc[l * D + d];
-            o[d] = hsum8(l8);
+            value = hsum8(l8);
         }
+        o[d] = value;
     }
+    // The head's output quantized for the next product, a warp a block
+    // (heads hold whole blocks when D is a multiple of 32).
+    if (act && (threadIdx.x & ~31u) < D)
+        quantize_block_warp(
+            value,
+            &act[((size_t)t * n_head * D + (size_t)head * D) / ENG_GPU_QK + threadIdx.x / 32]);
 }
 
 // ---- argmax ----
@@ -534,9 +627,17 @@ cudaError_t eng_gpu_quant(cudaStream_t s, const float *x, uint32_t n, int32_t T,
 }
 
 cudaError_t eng_gpu_matvec(cudaStream_t s, const eng_gpu_matrix *mats_dev, uint32_t total_rows,
-                           float *const *ys_dev, int count, const eng_gpu_act_block *act, int32_t T,
-                           bool accumulate)
+                           uint32_t max_cols, float *const *ys_dev, int count,
+                           const eng_gpu_act_block *act, int32_t T, bool accumulate)
 {
+    if (T == 1 && max_cols / ENG_GPU_QK <= kMatvec1MaxBlocks) {
+        const uint32_t max_blocks = max_cols / ENG_GPU_QK;
+        const size_t shared = (size_t)kFastWarps * max_blocks * 11 * sizeof(float);
+        const uint32_t grid = (total_rows + kFastWarps - 1) / kFastWarps;
+        matvec1_kernel<<<grid, kFastWarps * 32, shared, s>>>(mats_dev, ys_dev, count, act,
+                                                             accumulate, max_blocks);
+        return cudaGetLastError();
+    }
     // Small blocks (8 rows each) spread a layer's few hundred rows over
     // every SM.
     const uint32_t threads = 64, rows_per_block = threads / 8;
@@ -561,12 +662,13 @@ cudaError_t eng_gpu_rope_store(cudaStream_t s, float *q, float *k, const float *
 cudaError_t eng_gpu_attention(cudaStream_t s, const float *q, const eng_gpu_kv &kv, uint32_t layer,
                               eng_gpu_rows rows, uint32_t n_head, uint32_t n_kv, uint32_t head_dim,
                               uint32_t n_ctx, eng_gpu_dot_kind kind, float *scores,
-                              uint16_t *weights, float *out)
+                              uint16_t *weights, float *out, eng_gpu_act_block *act)
 {
     const size_t shared = 32 * head_dim * sizeof(float) + head_dim * sizeof(uint16_t);
     dim3 grid((unsigned)rows.count, n_head);
     attention_kernel<<<grid, kThreads, shared, s>>>(q, kv, layer, rows, n_head, n_kv, head_dim,
-                                                    n_ctx, (int)kind, scores, weights, out);
+                                                    n_ctx, (int)kind, scores, weights, out,
+                                                    head_dim % ENG_GPU_QK == 0 ? act : nullptr);
     return cudaGetLastError();
 }
 

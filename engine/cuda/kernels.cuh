@@ -64,10 +64,11 @@ cudaError_t eng_gpu_quant(cudaStream_t s, const float *x, uint32_t n, int32_t T,
                           eng_gpu_act_block *act);
 // For each of count matrices (a device array, total_rows rows in all):
 // y_i[t][r] = w_i[r] . act[t] (+ y_i[t][r] when accumulate: the residual);
-// ys: a device array of count outputs. All matrices share cols.
+// ys: a device array of count outputs. All matrices share cols (max_cols:
+// the host's copy, which sizes the one-token kernel's shared memory).
 cudaError_t eng_gpu_matvec(cudaStream_t s, const eng_gpu_matrix *mats, uint32_t total_rows,
-                           float *const *ys, int count, const eng_gpu_act_block *act, int32_t T,
-                           bool accumulate);
+                           uint32_t max_cols, float *const *ys, int count,
+                           const eng_gpu_act_block *act, int32_t T, bool accumulate);
 // RoPE on q (n_head heads) and k (n_kv heads) in place from the cos/sin
 // table (rows of head_dim floats per position), then k and v as halves into
 // the KV at (layer, seq[t], pos[t]).
@@ -76,11 +77,16 @@ cudaError_t eng_gpu_rope_store(cudaStream_t s, float *q, float *k, const float *
                                uint32_t n_kv, uint32_t head_dim, uint32_t n_rot,
                                const eng_gpu_kv &kv, uint32_t layer);
 // out[t][h] = softmax(q . K / sqrt(D)) V over positions [0, pos[t]] of seq[t].
-// scores: T * n_head * n_ctx floats; weights: as many halves.
+// scores: T * n_head * n_ctx floats; weights: as many halves. When D is a
+// multiple of 32, act gets out quantized too (eng_gpu_attention_quantizes).
 cudaError_t eng_gpu_attention(cudaStream_t s, const float *q, const eng_gpu_kv &kv, uint32_t layer,
                               eng_gpu_rows rows, uint32_t n_head, uint32_t n_kv, uint32_t head_dim,
                               uint32_t n_ctx, eng_gpu_dot_kind kind, float *scores,
-                              uint16_t *weights, float *out);
+                              uint16_t *weights, float *out, eng_gpu_act_block *act);
+inline bool eng_gpu_attention_quantizes(uint32_t head_dim)
+{
+    return head_dim % ENG_GPU_QK == 0;
+}
 // act[t] = quantize(silu(gate[t]) * up[t]) over F values.
 cudaError_t eng_gpu_swiglu_quant(cudaStream_t s, const float *gate, const float *up, uint32_t F,
                                  int32_t T, eng_gpu_act_block *act);
