@@ -24,22 +24,14 @@
 #include "sample/sample.h"
 #include "tokenizer/tokenizer.h"
 
-#define PROGRAM "ortmem-decode"
-#define EXIT_FAILED 1
-#define EXIT_USAGE 2
-
-typedef struct options {
-    const char *prompt, *model;
-    bool chat, stats, json, help;
-    uint64_t n_predict, threads, n_ctx;
-    eng_sample_params sample;
-} options;
+#include "decode.h"
 
 static void usage(FILE *out)
 {
     fputs("usage: ortmem-decode -p PROMPT [--chat] [-n N] [--model FILE.gguf] [--ctx N]\n"
           "                     [--threads N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
           "                     [--repeat-penalty R] [--seed S] [--stats] [--json]\n"
+          "                     [--device cpu|cuda[:N]] [--batch B] [--no-graphs]\n"
           "\n"
           "Decodes PROMPT with the reference engine: a Llama-family GGUF model on the CPU,\n"
           "its weights pinned in ortmem's residency cache and its keys and values in an\n"
@@ -60,7 +52,13 @@ static void usage(FILE *out)
           "                       sampling (off by default; seed 0)\n"
           "  --stats              speed, KV committed against live bytes, resident weights\n"
           "                       and the authority's ledger on stderr\n"
-          "  --json               one JSON object on stdout instead of the text\n",
+          "  --json               one JSON object on stdout instead of the text\n"
+          "  --device cuda[:N]    decode on CUDA device N (default 0): the weights in\n"
+          "                       device slots, the KV in stable device sequences, the\n"
+          "                       decode step captured once as a CUDA graph (default cpu)\n"
+          "  --batch B            (cuda) B sequences of the prompt decoded together, 1..32;\n"
+          "                       the text shown is the first one's\n"
+          "  --no-graphs          (cuda) launch the step's kernels every time\n",
           out);
 }
 
@@ -106,6 +104,23 @@ static int apply_option(void *context, const char *name, const char *value)
     } else if (!strcmp(name, "--threads")) {
         if (!parse_u64(value, &o->threads) || o->threads == 0 || o->threads > 256)
             return cli_fail(PROGRAM, EXIT_USAGE, "--threads: \"%s\" is not in 1..256", value);
+    } else if (!strcmp(name, "--device")) {
+        if (!strcmp(value, "cpu")) {
+            o->cuda = false;
+        } else if (!strncmp(value, "cuda", 4) && (value[4] == '\0' || value[4] == ':')) {
+            uint64_t ordinal = 0;
+            if (value[4] == ':' && (!parse_u64(value + 5, &ordinal) || ordinal > 255))
+                return cli_fail(PROGRAM, EXIT_USAGE,
+                                "--device: \"%s\" has no device number in 0..255", value);
+            o->cuda = true;
+            o->cuda_ordinal = (int)ordinal;
+        } else {
+            return cli_fail(PROGRAM, EXIT_USAGE, "--device: \"%s\" is neither cpu nor cuda[:N]",
+                            value);
+        }
+    } else if (!strcmp(name, "--batch")) {
+        if (!parse_u64(value, &o->batch) || o->batch == 0 || o->batch > 32)
+            return cli_fail(PROGRAM, EXIT_USAGE, "--batch: \"%s\" is not in 1..32", value);
     } else if (!strcmp(name, "--ctx")) {
         if (!parse_u64(value, &o->n_ctx) || o->n_ctx == 0 || o->n_ctx > UINT32_MAX)
             return cli_fail(PROGRAM, EXIT_USAGE, "--ctx: \"%s\" is not a positive token count",
@@ -134,7 +149,7 @@ static int apply_option(void *context, const char *name, const char *value)
 
 /* ---- the run ---- */
 
-static double seconds_now(void)
+double seconds_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -143,8 +158,7 @@ static double seconds_now(void)
 
 /* On a terminal, one line on stderr updated as the weights are paged in
  * (kept off pipes and files, where stderr carries the one-line errors). */
-static void load_progress(void *user, size_t done, size_t total, uint64_t bytes_done,
-                          uint64_t bytes)
+void load_progress(void *user, size_t done, size_t total, uint64_t bytes_done, uint64_t bytes)
 {
     (void)user;
     if (!isatty(STDERR_FILENO))
@@ -168,12 +182,7 @@ static size_t complete_prefix(const char *s, size_t len)
     return need > back + 1 ? len - 1 - back : len;
 }
 
-typedef struct text_buf {
-    char *bytes;
-    size_t len, cap, flushed;
-} text_buf;
-
-static bool text_append(text_buf *t, const char *s, size_t n)
+bool text_append(text_buf *t, const char *s, size_t n)
 {
     if (t->len + n + 1 > t->cap) {
         size_t cap = (t->len + n + 1) * 2;
@@ -190,7 +199,7 @@ static bool text_append(text_buf *t, const char *s, size_t n)
 }
 
 /* Writes what is complete since the last flush (all of it when final). */
-static void text_stream(text_buf *t, bool final)
+void text_stream(text_buf *t, bool final)
 {
     size_t end =
         final ? t->len : t->flushed + complete_prefix(t->bytes + t->flushed, t->len - t->flushed);
@@ -213,22 +222,7 @@ static int invalid_utf8_offset(const char *s)
     return -1;
 }
 
-typedef struct run_result {
-    int32_t *prompt_ids, *ids;
-    size_t n_prompt, n_ids;
-    text_buf text;
-    double prefill_s, decode_s;
-    uint64_t decode_tokens;
-    ortmem_kv_stats kv;
-    uint64_t weights_resident;
-    ortmem_kv_strategy strategy;
-    ortmem_kv_layout layout;
-    char explain[4096];
-    char *ledger_table, *ledger_json;
-    const char *stop; /* why generation ended */
-} run_result;
-
-static char *ledger_text(ortmem_authority *a, ortmem_report_format format)
+char *ledger_text(ortmem_authority *a, ortmem_report_format format)
 {
     size_t needed = 0;
     char probe[1];
@@ -241,7 +235,7 @@ static char *ledger_text(ortmem_authority *a, ortmem_report_format format)
     return buf;
 }
 
-static uint64_t peak_rss_bytes(void)
+uint64_t peak_rss_bytes(void)
 {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0)
@@ -266,6 +260,13 @@ static void print_stats(const options *o, const run_result *r, FILE *out)
             r->kv.overcommit_bound_bytes);
     fprintf(out, "kv explained: %s\n", r->explain);
     fprintf(out, "weights resident: %" PRIu64 " bytes\n", r->weights_resident);
+    if (r->cuda)
+        fprintf(out,
+                "cuda: batch %" PRIu64 ", graph captures %" PRIu64 " (re-captures %" PRIu64
+                "), replays %" PRIu64 ", %" PRIu64 " kernels per step, KV commits checked %" PRIu64
+                ", backend calls while the KV grew %" PRIu64 "\n",
+                r->batch, r->captures, r->recaptures, r->replays, r->kernels_per_step, r->kv_checks,
+                r->kv_driver_calls);
     fprintf(out, "peak RSS: %" PRIu64 " bytes\n", peak_rss_bytes());
     if (r->ledger_table)
         fprintf(out, "ledger:\n%s\n", r->ledger_table);
@@ -298,12 +299,21 @@ static void print_json(const options *o, const char *model_path, const run_resul
     json_put_string(out, r->explain, JSON_CONTROLS_NAMED);
     fprintf(out, ", \"weights_resident_bytes\": %" PRIu64 ", \"peak_rss_bytes\": %" PRIu64,
             r->weights_resident, peak_rss_bytes());
+    fprintf(out, ", \"device\": \"%s\"", r->cuda ? "cuda" : "cpu");
+    if (r->cuda)
+        fprintf(out,
+                ", \"batch\": %" PRIu64 ", \"graph_captures\": %" PRIu64
+                ", \"graph_recaptures\": %" PRIu64 ", \"graph_replays\": %" PRIu64
+                ", \"kernels_per_step\": %" PRIu64 ", \"kv_checks\": %" PRIu64
+                ", \"kv_driver_calls\": %" PRIu64,
+                r->batch, r->captures, r->recaptures, r->replays, r->kernels_per_step, r->kv_checks,
+                r->kv_driver_calls);
     fprintf(out, ", \"ledger\": %s}\n", r->ledger_json ? r->ledger_json : "null");
 }
 
 /* Prompt ids: the text (rendered as a chat when asked), BOS first when the
  * model adds one. */
-static int tokenize_prompt(const options *o, const eng_tokenizer *tok, run_result *r)
+int tokenize_prompt(const options *o, const eng_tokenizer *tok, run_result *r)
 {
     eng_error err = {0};
     char *rendered = NULL;
@@ -403,11 +413,13 @@ static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok
 int main(int argc, char **argv)
 {
     options o = {.n_predict = 64, .threads = 2, .sample = ENG_SAMPLE_PARAMS_GREEDY};
-    static const char *const valued[] = {"--prompt", "--model",          "--n-predict", "--threads",
-                                         "--ctx",    "--temp",           "--top-k",     "--top-p",
-                                         "--min-p",  "--repeat-penalty", "--seed",      NULL};
-    cli_flag flags[] = {{"--chat", &o.chat}, {"--stats", &o.stats}, {"--json", &o.json},
-                        {"-h", &o.help},     {"--help", &o.help},   {NULL, NULL}};
+    static const char *const valued[] = {
+        "--prompt", "--model", "--n-predict",      "--threads", "--ctx",    "--temp",  "--top-k",
+        "--top-p",  "--min-p", "--repeat-penalty", "--seed",    "--device", "--batch", NULL};
+    cli_flag flags[] = {{"--chat", &o.chat}, {"--stats", &o.stats},
+                        {"--json", &o.json}, {"--no-graphs", &o.no_graphs},
+                        {"-h", &o.help},     {"--help", &o.help},
+                        {NULL, NULL}};
     /* The short spellings -p and -n stand for --prompt and --n-predict (the
      * shared parser reads long options). */
     char **args = malloc(((size_t)argc + 1) * sizeof *args);
@@ -443,6 +455,25 @@ int main(int argc, char **argv)
     }
     if (access(path, R_OK) != 0)
         return cli_fail(PROGRAM, EXIT_USAGE, "cannot read the model %s: %s", path, strerror(errno));
+
+    if (!o.cuda && (o.batch > 1 || o.no_graphs))
+        return cli_fail(PROGRAM, EXIT_USAGE, "--batch and --no-graphs need --device cuda");
+    if (o.cuda) {
+        run_result gr = {0};
+        rc = gpu_run(&o, path, &gr);
+        if (rc == 0) {
+            if (o.stats)
+                print_stats(&o, &gr, stderr);
+            if (o.json)
+                print_json(&o, path, &gr);
+        }
+        free(gr.prompt_ids);
+        free(gr.ids);
+        free(gr.text.bytes);
+        free(gr.ledger_table);
+        free(gr.ledger_json);
+        return rc;
+    }
 
     eng_model *model = NULL;
     eng_model_options mo = {0};

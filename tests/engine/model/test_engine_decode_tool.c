@@ -99,6 +99,14 @@ Test(engine_decode_tool, bad_options)
     refused(bad_count, "\"four\"");
     const char *bad_threads[] = {"-p", "Hi", "--threads", "0", NULL};
     refused(bad_threads, "--threads");
+    const char *bad_device[] = {"-p", "Hi", "--device", "tpu", NULL};
+    refused(bad_device, "\"tpu\" is neither cpu nor cuda[:N]");
+    const char *bad_ordinal[] = {"-p", "Hi", "--device", "cuda:x", NULL};
+    refused(bad_ordinal, "no device number");
+    const char *bad_batch[] = {"-p", "Hi", "--device", "cuda", "--batch", "33", NULL};
+    refused(bad_batch, "--batch: \"33\" is not in 1..32");
+    const char *batch_on_cpu[] = {"-p", "Hi", "--batch", "4", NULL};
+    refused(batch_on_cpu, "--batch and --no-graphs need --device cuda");
 }
 
 /* Greedy, 8 tokens: llama.cpp's first 8 for this prompt (the reference
