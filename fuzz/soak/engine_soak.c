@@ -202,8 +202,8 @@ static void run_request(esoak *s, uint64_t serial)
         int32_t token = logits ? argmax(logits, s->vocab) : -1;
         if (token != p->reference[step]) {
             corrupt(s,
-                    "prompt %zu, step %u: token %" PRId32 ", the reference's %" PRId32
-                    " (no logits: -1)",
+                    "prompt %zu, step %u: token %" PRId32 " where the reference has %" PRId32
+                    " (-1: no logits)",
                     (size_t)(p - s->prompts), step, token, p->reference[step]);
             break;
         }
@@ -281,8 +281,7 @@ void engine_soak_run(const engine_soak_options *o, engine_soak_result *r)
     eng_error err = {0};
     if (eng_default_model_path(r->model, sizeof r->model, &err) != ORTMEM_OK) {
         r->skipped = true;
-        snprintf(r->why, sizeof r->why,
-                 "no model file (set ORTMEM_MODEL or run scripts/model-env.sh)");
+        snprintf(r->why, sizeof r->why, "no model file: %s", err.message);
         return;
     }
     if (o->steps < 1 || o->steps > MAX_STEPS) {
@@ -399,11 +398,11 @@ void engine_soak_print(const engine_soak_options *o, const engine_soak_result *r
            r->ops, r->decode_calls, r->tokens, r->requests_done, r->requests_dropped);
     printf("  backend calls     %" PRIu64 ", injected faults %" PRIu64 "\n", r->backend_calls,
            r->injected);
-    printf("  failed calls      %" PRIu64 " (context create %" PRIu64 ", decode %" PRIu64
-           ", truncate %" PRIu64 ", context destroy %" PRIu64 "; budget refusals %" PRIu64
-           " apart)\n",
-           r->failed_calls, r->failed_create, r->failed_decode, r->failed_truncate,
-           r->failed_destroy, r->budget_refusals);
+    printf("  failed calls      %" PRIu64 ", budget refusals %" PRIu64 " (both, by call: context "
+           "create %" PRIu64 ", decode %" PRIu64 ", truncate %" PRIu64 ", context destroy %" PRIu64
+           ")\n",
+           r->failed_calls, r->budget_refusals, r->failed_create, r->failed_decode,
+           r->failed_truncate, r->failed_destroy);
     printf("  survived faults   %" PRIu64 " (a failed decode or truncate that left the sequence "
            "as it was)\n",
            r->survived);
