@@ -310,6 +310,7 @@ static void model_free(eng_model *m)
     free(m->pinned);
     free(m->slots);
     free(m->layers);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
@@ -345,6 +346,7 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     eng_model *m = calloc(1, sizeof *m);
     if (!m)
         return eng_fail(err, ORTMEM_E_NOMEM, "model load: no memory");
+    pthread_mutex_init(&m->lock, NULL);
     tensor_spec *specs = NULL;
     ortmem_weight_tensor *table = NULL;
     ortmem_status st = eng_gguf_open(path, &m->gguf, err);
@@ -483,8 +485,11 @@ ortmem_status eng_model_destroy(eng_model *m, eng_error *err)
 {
     if (!m)
         return ORTMEM_OK;
-    if (m->contexts > 0)
-        return eng_fail(err, ORTMEM_E_BUSY, "the model still has %u context(s)", m->contexts);
+    pthread_mutex_lock(&m->lock);
+    unsigned contexts = m->contexts;
+    pthread_mutex_unlock(&m->lock);
+    if (contexts > 0)
+        return eng_fail(err, ORTMEM_E_BUSY, "the model still has %u context(s)", contexts);
     ortmem_status result = ORTMEM_OK;
     for (uint32_t i = 0; i < m->tensor_count; i++)
         if (m->pinned[i]) {

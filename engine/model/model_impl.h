@@ -2,6 +2,8 @@
 #ifndef ENGINE_MODEL_MODEL_IMPL_H
 #define ENGINE_MODEL_MODEL_IMPL_H
 
+#include <pthread.h>
+
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/numerics.h"
@@ -29,6 +31,10 @@ struct eng_model {
     void **slots;            /* per catalogued tensor: its slot */
     uint64_t file_bytes;     /* the tensors' bytes */
     uint64_t weights_budget; /* the residency cache's budget (the authority's base limit) */
+    /* Contexts of one model are created, used and destroyed on any threads:
+     * lock guards contexts and the authority's limit, which each context
+     * raises and lowers by reading it and writing it back. */
+    pthread_mutex_t lock;
     unsigned contexts;
 };
 

@@ -1,5 +1,7 @@
 #include "model/numerics.h"
 
+#include "kernels/kernels.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -50,10 +52,8 @@ static void half_table_fill(void)
     for (uint32_t h = 0; h < (1u << 16); h++)
         half_table[h] = eng_f16_to_f32((eng_f16)h);
 #ifdef ENG_AVX2_PATH
-    const char *isa = getenv("ORTMEM_ENGINE_ISA");
-    __builtin_cpu_init();
-    use_avx2 = !(isa && !strcmp(isa, "scalar")) && __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    /* The kernels' detection: clang has no __builtin_cpu_supports("f16c"). */
+    use_avx2 = eng_isa_detect() == ENG_ISA_AVX2;
 #endif
 }
 

@@ -1,18 +1,26 @@
-/* ortmem-soak: the kvdemo workload (tools/kvdemo/workload.c: plain requests,
- * forks of the system prompt's sequence and prompts through the prefix
- * cache) on T threads sharing one KV cache, over a CPU backend wrapped by the
- * fault backend failing each backend call with probability 1/N. Every call
- * that fails must change nothing: the sequence keeps its length and every
- * live token its byte; the request then retries, or ends. A sampler thread
- * checks the ledger never owns more than the limit. At the end the faults
- * are disarmed, everything is destroyed, and what the backend still owns
- * outside quarantine is a leak.
+/* ortmem-soak: two workloads at the same time, each over a CPU backend
+ * wrapped by the fault backend failing each backend call with probability
+ * 1/N, each checked for leaks, corruption and budget violations.
+ *
+ * kvdemo (this file): the kvdemo workload (tools/kvdemo/workload.c: plain
+ * requests, forks of the system prompt's sequence and prompts through the
+ * prefix cache) on T threads sharing one KV cache. Every call that fails must
+ * change nothing: the sequence keeps its length and every live token its
+ * byte; the request then retries, or ends. A sampler thread checks the
+ * ledger never owns more than the limit. At the end the faults are disarmed,
+ * everything is destroyed, and what the backend still owns outside
+ * quarantine is a leak.
+ *
+ * engine (engine_soak.c): the reference engine's decode loop on T threads,
+ * a context each, over one model; greedy tokens against a fault-free
+ * reference. Skipped, in one line, when the model file is not there.
  *
  *   ortmem-soak [--seconds S] [--threads T] [--one-in N] [--seed X] [--budget-mib M]
+ *               [--workload both|kvdemo|engine] [--engine-steps K] [--engine-one-in N]
  *
- * Prints operations, injected faults, failed calls, survived faults, bytes
- * leaked, corruptions and budget violations; exits 1 when any of the last
- * three is not 0. */
+ * Prints, per workload, operations, injected faults, failed calls, survived
+ * faults, bytes leaked, corruptions and budget violations; exits 1 when any
+ * of the last three is not 0 in either, 2 when a setup failed. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,6 +30,7 @@
 #include <time.h>
 
 #include "../../tools/kvdemo/kvdemo.h"
+#include "engine_soak.h"
 
 #define MAX_CONTEXT 1024
 #define GRANULE ((size_t)64 << 10)
@@ -41,6 +50,7 @@ typedef struct soak {
     atomic_uint_fast64_t next_request, ops, failed_calls, survived, budget_refusals, corruptions,
         requests_done, requests_dropped, budget_violations, samples;
     char first_corruption[256];
+    char first_violation[256];
     pthread_mutex_t lock;
 } soak;
 
@@ -227,12 +237,30 @@ static void *sampler(void *arg)
         ortmem_authority_report r = {.struct_size = sizeof r};
         if (ortmem_authority_report_get(s->authority, &r, NULL, 0) == ORTMEM_OK) {
             atomic_fetch_add(&s->samples, 1);
-            if (r.owned_bytes > s->limit)
-                atomic_fetch_add(&s->budget_violations, 1);
+            if (r.owned_bytes > s->limit && atomic_fetch_add(&s->budget_violations, 1) == 0)
+                snprintf(s->first_violation, sizeof s->first_violation,
+                         "owned %" PRIu64 " (KV %" PRIu64 ", pool and quarantine %" PRIu64
+                         "), claimed %" PRIu64,
+                         r.owned_bytes, r.by_role_owned[ORTMEM_ROLE_KV],
+                         r.by_role_owned[ORTMEM_ROLE_OTHER], r.claimed_bytes);
         }
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
     return NULL;
+}
+
+typedef struct engine_run {
+    engine_soak_options options;
+    engine_soak_result result;
+} engine_run;
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--seconds S] [--threads T] [--one-in N] [--seed X] [--budget-mib M]\n"
+            "          [--workload both|kvdemo|engine] [--engine-steps K] [--engine-one-in N]\n",
+            argv0);
+    return 2;
 }
 
 static int die(const char *what, ortmem_status st)
@@ -251,35 +279,11 @@ static int die(const char *what, ortmem_status st)
             return die(#call, st_);                                                                \
     } while (0)
 
-int main(int argc, char **argv)
+/* The kvdemo workload: prints its figures; 0, 1 (a leak, a corruption or
+ * a violation) or 2 (setup failed). */
+static int kvdemo_soak(double seconds, unsigned threads, uint64_t one_in, uint64_t seed,
+                       uint64_t budget_mib)
 {
-    double seconds = 60;
-    unsigned threads = 8;
-    uint64_t one_in = 1000, seed = 1, budget_mib = 48;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--seconds"))
-            seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads"))
-            threads = (unsigned)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--one-in"))
-            one_in = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--seed"))
-            seed = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--budget-mib"))
-            budget_mib = strtoull(argv[i + 1], NULL, 10);
-        else {
-            fprintf(stderr,
-                    "usage: %s [--seconds S] [--threads T] [--one-in N] [--seed X] "
-                    "[--budget-mib M]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
-    if (threads < 1 || threads > 64 || one_in < 1) {
-        fprintf(stderr, "ortmem-soak: --threads 1..64, --one-in >= 1\n");
-        return 2;
-    }
-
     static soak s;
     pthread_mutex_init(&s.lock, NULL);
     kd_options o = {.requests = 256,
@@ -359,7 +363,7 @@ int main(int argc, char **argv)
     size_t requests = s.w.count;
     kd_workload_free(&s.w);
 
-    printf("soak: %.0f s, %u threads, 1 in %" PRIu64 " backend calls failed, limit %" PRIu64
+    printf("kvdemo: %.0f s, %u threads, 1 in %" PRIu64 " backend calls failed, limit %" PRIu64
            " MiB\n",
            seconds, threads, one_in, budget_mib);
     printf("  workload          kvdemo's, %zu requests cycled; prefix requests %s\n", requests,
@@ -376,7 +380,74 @@ int main(int argc, char **argv)
            vs.quarantined_bytes);
     printf("  corruptions       %" PRIu64 "%s%s\n", (uint64_t)s.corruptions,
            s.corruptions ? ": " : "", s.first_corruption);
-    printf("  budget violations %" PRIu64 " in %" PRIu64 " samples\n",
-           (uint64_t)s.budget_violations, (uint64_t)s.samples);
+    printf("  budget violations %" PRIu64 " in %" PRIu64 " samples%s%s\n",
+           (uint64_t)s.budget_violations, (uint64_t)s.samples,
+           s.budget_violations ? "; the first: " : "", s.first_violation);
     return leaked || s.corruptions || s.budget_violations ? 1 : 0;
+}
+
+static void *engine_thread(void *arg)
+{
+    engine_run *e = arg;
+    engine_soak_run(&e->options, &e->result);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    double seconds = 60;
+    unsigned threads = 8, steps = 16;
+    uint64_t one_in = 1000, engine_one_in = 0, seed = 1, budget_mib = 48;
+    const char *workload = "both";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--seconds"))
+            seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = (unsigned)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--one-in"))
+            one_in = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--seed"))
+            seed = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--budget-mib"))
+            budget_mib = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--workload"))
+            workload = argv[i + 1];
+        else if (!strcmp(argv[i], "--engine-steps"))
+            steps = (unsigned)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--engine-one-in"))
+            engine_one_in = strtoull(argv[i + 1], NULL, 10);
+        else
+            return usage(argv[0]);
+    }
+    if (argc % 2 == 0)
+        return usage(argv[0]);
+    bool run_kvdemo = !strcmp(workload, "both") || !strcmp(workload, "kvdemo");
+    bool run_engine = !strcmp(workload, "both") || !strcmp(workload, "engine");
+    if (threads < 1 || threads > 64 || one_in < 1 || (!run_kvdemo && !run_engine) || steps < 1 ||
+        steps > 64) {
+        fprintf(stderr, "ortmem-soak: --threads 1..64, --one-in >= 1, --workload "
+                        "both|kvdemo|engine, --engine-steps 1..64\n");
+        return 2;
+    }
+
+    /* The two workloads run at the same time, each on its own backend. */
+    static engine_run e;
+    e.options = (engine_soak_options){.seconds = seconds,
+                                      .threads = threads,
+                                      .one_in = engine_one_in ? engine_one_in : one_in,
+                                      .seed = seed,
+                                      .steps = steps};
+    pthread_t engine_tid;
+    if (run_engine)
+        pthread_create(&engine_tid, NULL, engine_thread, &e);
+    int status = run_kvdemo ? kvdemo_soak(seconds, threads, one_in, seed, budget_mib) : 0;
+    if (run_engine) {
+        pthread_join(engine_tid, NULL);
+        engine_soak_print(&e.options, &e.result);
+        if (e.result.setup_died && status == 0)
+            status = 2;
+        else if (engine_soak_failed(&e.result))
+            status = 1;
+    }
+    return status;
 }

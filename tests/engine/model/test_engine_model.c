@@ -6,6 +6,7 @@
  * what is wrong. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,65 @@ Test(engine_model, the_synthetic_model_loads)
     eng_error err = {0};
     synth_options o = {0};
     cr_assert_eq(load_synth(&o, &err), ORTMEM_OK, "%s", err.message);
+}
+
+/* Contexts of one model on several threads at once (the soak's decode
+ * workload): each raises the authority's limit by its KV cache's bound at
+ * create and lowers it at destroy, reading the limit and writing it back. A
+ * raise or a lowering lost between two threads would leave the limit off its
+ * base; a lost count of contexts would refuse or allow the model's destroy
+ * wrongly. */
+#define RACE_THREADS 4
+#define RACE_ROUNDS 2000
+
+static void *create_decode_destroy(void *arg)
+{
+    eng_model *m = arg;
+    eng_context_options o = {16, 0, 1};
+    const int32_t prompt[] = {1, 2, 3};
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        eng_error err = {0};
+        eng_context *c = NULL;
+        if (eng_context_create(m, &o, &c, &err) != ORTMEM_OK)
+            return strdup(err.message);
+        if (i % 16 == 0 && eng_context_decode(c, prompt, 3, &err) != ORTMEM_OK)
+            return strdup(err.message);
+        if (eng_context_destroy(c, &err) != ORTMEM_OK)
+            return strdup(err.message);
+    }
+    return NULL;
+}
+
+Test(engine_model, contexts_on_several_threads_give_the_limit_back, .timeout = 120)
+{
+    char path[] = "/tmp/engine-model-synth-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    synth_options so = {0};
+    synth_gguf_write(path, &so);
+    eng_error err = {0};
+    eng_model *m = load(path);
+    unlink(path);
+    ortmem_authority_report base = {.struct_size = sizeof base};
+    cr_assert_eq(ortmem_authority_report_get(eng_model_authority(m), &base, NULL, 0), ORTMEM_OK);
+    pthread_t t[RACE_THREADS];
+    for (int i = 0; i < RACE_THREADS; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, create_decode_destroy, m), 0);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        void *failure = NULL;
+        pthread_join(t[i], &failure);
+        cr_expect_null(failure, "thread %d: %s", i, failure ? (char *)failure : "");
+        free(failure);
+    }
+    ortmem_authority_report after = {.struct_size = sizeof after};
+    cr_assert_eq(ortmem_authority_report_get(eng_model_authority(m), &after, NULL, 0), ORTMEM_OK);
+    cr_assert_eq(after.limit_bytes, base.limit_bytes,
+                 "the limit is %llu after %d contexts came and went, %llu before",
+                 (unsigned long long)after.limit_bytes, RACE_THREADS * RACE_ROUNDS,
+                 (unsigned long long)base.limit_bytes);
+    cr_assert_eq(after.owned_bytes, base.owned_bytes);
+    cr_assert_eq(eng_model_destroy(m, &err), ORTMEM_OK, "%s", err.message);
 }
 
 Test(engine_model, another_architecture_is_refused_by_name)
