@@ -376,8 +376,10 @@ void context_free(eng_gpu_context *c)
         ortmem_authority_report r;
         std::memset(&r, 0, sizeof r);
         r.struct_size = sizeof r;
+        pthread_mutex_lock(&c->model->lock); // the model's contexts share the limit
         if (ortmem_authority_report_get(a, &r, nullptr, 0) == ORTMEM_OK)
             ortmem_authority_set_limit(a, r.limit_bytes - c->limit_raise, nullptr);
+        pthread_mutex_unlock(&c->model->lock);
     }
     if (c->stream)
         cudaStreamDestroy(c->stream);
@@ -588,13 +590,16 @@ ortmem_status eng_gpu_context_create(eng_model *m, const eng_gpu_options *option
         std::memset(&r, 0, sizeof r);
         r.struct_size = sizeof r;
         const uint64_t raise = full_commit * batch + arena_bytes;
-        if ((st = ortmem_authority_report_get(m->authority, &r, nullptr, 0)) != ORTMEM_OK ||
-            (st = ortmem_authority_set_limit(m->authority, r.limit_bytes + raise, nullptr)) !=
-                ORTMEM_OK) {
+        pthread_mutex_lock(&m->lock);
+        if ((st = ortmem_authority_report_get(m->authority, &r, nullptr, 0)) == ORTMEM_OK &&
+            (st = ortmem_authority_set_limit(m->authority, r.limit_bytes + raise, nullptr)) ==
+                ORTMEM_OK)
+            c->limit_raise = raise;
+        pthread_mutex_unlock(&m->lock);
+        if (st != ORTMEM_OK) {
             eng_from_ortmem(err, st, "raising the authority's limit for the GPU context");
             goto fail;
         }
-        c->limit_raise = raise;
 
         ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
         ho.name = "activations";
@@ -640,7 +645,9 @@ ortmem_status eng_gpu_context_create(eng_model *m, const eng_gpu_options *option
         if ((st = upload_tables(c, err)) != ORTMEM_OK)
             goto fail;
     }
+    pthread_mutex_lock(&m->lock);
     m->contexts++;
+    pthread_mutex_unlock(&m->lock);
     *out = c;
     return ORTMEM_OK;
 fail:
@@ -666,7 +673,9 @@ ortmem_status eng_gpu_context_destroy(eng_gpu_context *c, eng_error *err)
     c->kv = nullptr;
     if (st != ORTMEM_OK && result == ORTMEM_OK)
         result = eng_from_ortmem(err, st, "destroying the KV cache");
+    pthread_mutex_lock(&c->model->lock);
     c->model->contexts--;
+    pthread_mutex_unlock(&c->model->lock);
     context_free(c);
     return result;
 }
