@@ -443,10 +443,16 @@ __device__ float dot_f16_lanes(const uint16_t *k, const uint16_t *q, uint32_t D)
     for (int l = 0; l < LANES; l++)
         acc[l] = 0.0f;
     const uint32_t whole = LANES == 32 ? D - D % 32 : D;
+    // The key row in 16-byte loads (rows start 16-byte aligned: D is a
+    // multiple of 8 and the strides are whole rows); the sums as before.
     for (uint32_t i0 = 0; i0 < whole; i0 += LANES) {
+        uint16_t kh[LANES];
+#pragma unroll
+        for (int v = 0; v < LANES / 8; v++)
+            *(uint4 *)(kh + 8 * v) = *(const uint4 *)(k + i0 + 8 * v);
 #pragma unroll
         for (int l = 0; l < LANES; l++)
-            acc[l] = __fmaf_rn(half_to_float(k[i0 + l]), half_to_float(q[i0 + l]), acc[l]);
+            acc[l] = __fmaf_rn(half_to_float(kh[l]), half_to_float(q[i0 + l]), acc[l]);
     }
     if (LANES == 8)
         return hsum8(acc);
