@@ -15,6 +15,8 @@ typedef struct recorder {
     ortmem_region *region; /* what relieve looks at */
     uint64_t reliefs;
     bool stingy; /* relieve finds nothing to reclaim */
+    uint64_t adopts, moves;
+    bool declines_moves; /* its move answers 0: vmm refunds and adopts instead */
 } recorder;
 
 static ortmem_status rec_hold(void *self, uint64_t owned, uint64_t mapped)
@@ -55,6 +57,7 @@ static void rec_charge(void *self, uint64_t owned, uint64_t mapped)
 static void rec_adopt(void *self, uint64_t owned, uint64_t mapped)
 {
     recorder *r = self;
+    r->adopts++;
     r->owned += (int64_t)owned;
     r->mapped += (int64_t)mapped;
 }
@@ -93,6 +96,26 @@ static ortmem_account account_of(recorder *r)
                             .requested = rec_requested,
                             .retain = rec_retain,
                             .unretain = rec_unretain};
+}
+
+static int rec_move(void *self, void *to_self, uint64_t owned, uint64_t mapped)
+{
+    recorder *r = self, *to = to_self;
+    if (r->declines_moves)
+        return 0;
+    r->moves++;
+    r->owned -= (int64_t)owned;
+    r->mapped -= (int64_t)mapped;
+    to->owned += (int64_t)owned;
+    to->mapped += (int64_t)mapped;
+    return 1;
+}
+
+static ortmem_account moving_account_of(recorder *r)
+{
+    ortmem_account a = account_of(r);
+    a.move = rec_move;
+    return a;
 }
 
 static ortmem_region *charged_region(ortmem_backend *b, size_t size, const ortmem_account *acct)
@@ -196,6 +219,41 @@ Test(account, a_failed_release_moves_the_charge_to_quarantine)
     cr_assert_eq(quarantine.retained, 2, "the backend's copy and the granule's");
     EXPECT_STATUS(ortmem_backend_destroy(b), ORTMEM_E_QUARANTINED);
     cr_assert_eq(quarantine.retained + pool.retained, 0);
+    OK(ortmem_backend_destroy(cpu));
+}
+
+/* A move is one call when both accounts have the same move (governance
+ * then moves under one lock); one that declines is a refund and an adopt. */
+Test(account, a_failed_release_moves_the_charge_in_one_step)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = ORTMEM_OP_RELEASE;
+    fo.fail_at = 1;
+    ortmem_backend *b;
+    OK(ortmem_fault_backend_create(cpu, &fo, &b));
+    recorder pool = {.refuse_above = UINT64_MAX}, quarantine = pool, a = pool, d = pool;
+    d.declines_moves = true;
+    ortmem_account pool_acct = moving_account_of(&pool), q_acct = moving_account_of(&quarantine),
+                   a_acct = moving_account_of(&a), d_acct = moving_account_of(&d);
+    OK(ortmem_backend_set_accounts(b, &pool_acct, &q_acct));
+    ortmem_region *ra = charged_region(b, 2 * G, &a_acct);
+    OK(ortmem_region_commit(ra, 0, 2 * G));
+    EXPECT_STATUS(ortmem_region_destroy(ra), ORTMEM_E_QUARANTINED);
+    cr_assert_eq(a.moves, 1);
+    cr_assert_eq(quarantine.adopts, 0, "moved in, not adopted");
+    cr_assert_eq(a.owned, 0);
+    cr_assert_eq(quarantine.owned, (int64_t)G);
+
+    OK(ortmem_fault_backend_arm(b, &fo));
+    ortmem_region *rd = charged_region(b, 2 * G, &d_acct);
+    OK(ortmem_region_commit(rd, 0, 2 * G));
+    EXPECT_STATUS(ortmem_region_destroy(rd), ORTMEM_E_QUARANTINED);
+    cr_assert_eq(d.moves, 0);
+    cr_assert_eq(quarantine.adopts, 1, "a declined move is a refund and an adopt");
+    cr_assert_eq(d.owned, 0);
+    cr_assert_eq(quarantine.owned, (int64_t)(2 * G));
+    EXPECT_STATUS(ortmem_backend_destroy(b), ORTMEM_E_QUARANTINED);
     OK(ortmem_backend_destroy(cpu));
 }
 

@@ -545,6 +545,57 @@ Test(governance, a_quarantined_granule_is_charged_to_the_quarantine_holder)
     OK(ortmem_backend_destroy(cpu));
 }
 
+/* The owner-to-quarantine move is one step under the authority's lock: the
+ * bytes never look free on the way, so a waiting ticket (served whenever
+ * capacity is freed) cannot take them and lift owned past the limit. */
+Test(governance, a_quarantined_granule_frees_no_room_for_a_waiting_ticket)
+{
+    ortmem_backend *cpu = test_backend();
+    ortmem_fault_options fo = ORTMEM_FAULT_OPTIONS_INIT;
+    fo.op = ORTMEM_OP_RELEASE;
+    fo.fail_at = 1;
+    ortmem_backend *f = NULL;
+    OK(ortmem_fault_backend_create(cpu, &fo, &f));
+    ortmem_authority *a = authority_on(f, 2 * G, 0);
+    ortmem_holder *u = holder_on(a, "user", ORTMEM_ROLE_KV);
+    ortmem_holder *w = holder_on(a, "waiter", ORTMEM_ROLE_WORKSPACE);
+    ortmem_region *r = region_for(f, u, 2 * G, 0);
+    OK(ortmem_region_commit(r, 0, 2 * G));
+    ortmem_ticket *t = NULL;
+    OK(ortmem_ticket_submit(w, G, 0, &t));
+    ortmem_grant *g = NULL;
+    EXPECT_STATUS(ortmem_ticket_wait(t, 0, &g), ORTMEM_E_TIMEOUT);
+
+    EXPECT_STATUS(ortmem_region_decommit(r, 0, G), ORTMEM_E_QUARANTINED);
+    cr_assert_eq(owned_of(a, "quarantine"), G);
+    cr_assert_eq(owned_of(a, "user"), G);
+    /* Had the ticket been served, its grant would be charged like this. */
+    ortmem_status st = ortmem_ticket_wait(t, 0, &g);
+    if (st == ORTMEM_OK)
+        OK(ortmem_grant_charge(g, G));
+    ortmem_authority_report rep = report_of(a);
+    cr_assert_leq(rep.owned_bytes, rep.limit_bytes, "owned %llu over the limit %llu",
+                  (unsigned long long)rep.owned_bytes, (unsigned long long)rep.limit_bytes);
+    cr_assert_eq(st, ORTMEM_E_TIMEOUT, "the ticket was served with %s", ortmem_status_str(st));
+    cr_assert_eq(rep.owned_bytes, 2 * G);
+    cr_assert_eq(rep.claimed_bytes, 0);
+    cr_assert_eq(rep.available_bytes, 0);
+    cr_assert_eq(rep.tickets_waiting, 1);
+
+    /* Room made by the user's own decommit serves the ticket. */
+    OK(ortmem_region_decommit(r, G, G));
+    OK(ortmem_ticket_wait(t, 0, &g));
+    OK(ortmem_grant_charge(g, G));
+    rep = report_of(a);
+    cr_assert_eq(rep.owned_bytes, 2 * G);
+    cr_assert_eq(owned_of(a, "waiter"), G);
+    OK(ortmem_holder_refund(w, G));
+    OK(ortmem_region_destroy(r));
+    OK(ortmem_authority_destroy(a));
+    EXPECT_STATUS(ortmem_backend_destroy(f), ORTMEM_E_QUARANTINED);
+    OK(ortmem_backend_destroy(cpu));
+}
+
 /* ---- holders ---- */
 
 Test(governance, holder_unregister_names_why_it_is_busy)

@@ -414,6 +414,11 @@ typedef struct ortmem_account {
      * with none of its locks held and then tries once more, so the
      * implementation's callbacks may use any region or arena. */
     uint64_t (*relieve)(void *self, uint64_t owned_bytes, uint64_t mapped_bytes);
+    /* Optional: moves owned/mapped bytes from this account to to_self, an
+     * account with this same move, in one step, so the bytes never look free
+     * on the way (a hold elsewhere could take them and the budget be passed).
+     * Returns 0 when it cannot; vmm then refunds here and adopts there. */
+    int (*move)(void *self, void *to_self, uint64_t owned_bytes, uint64_t mapped_bytes);
 } ortmem_account;
 
 /* Accounts for memory the backend itself keeps: granules in the pool, and

@@ -227,25 +227,18 @@ static void acct_charge(void *self, uint64_t owned, uint64_t mapped)
     pthread_mutex_unlock(&a->lock);
 }
 
-static void acct_adopt(void *self, uint64_t owned, uint64_t mapped)
+static void om_adopt_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned, uint64_t mapped)
 {
-    ortmem_holder *h = self;
-    ortmem_authority *a = h->authority;
-    pthread_mutex_lock(&a->lock);
     h->owned += owned;
     h->mapped += mapped;
     a->owned_total += owned;
     a->mapped_total += mapped;
     a->mapped_used += mapped;
     om_holder_restate(a, h);
-    pthread_mutex_unlock(&a->lock);
 }
 
-static void acct_refund(void *self, uint64_t owned, uint64_t mapped)
+static void om_refund_locked(ortmem_authority *a, ortmem_holder *h, uint64_t owned, uint64_t mapped)
 {
-    ortmem_holder *h = self;
-    ortmem_authority *a = h->authority;
-    pthread_mutex_lock(&a->lock);
     owned = owned < h->owned ? owned : h->owned;
     mapped = mapped < h->mapped ? mapped : h->mapped;
     h->owned -= owned;
@@ -254,8 +247,42 @@ static void acct_refund(void *self, uint64_t owned, uint64_t mapped)
     a->mapped_total -= mapped;
     a->mapped_used -= mapped;
     om_holder_restate(a, h);
+}
+
+static void acct_adopt(void *self, uint64_t owned, uint64_t mapped)
+{
+    ortmem_holder *h = self;
+    ortmem_authority *a = h->authority;
+    pthread_mutex_lock(&a->lock);
+    om_adopt_locked(a, h, owned, mapped);
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void acct_refund(void *self, uint64_t owned, uint64_t mapped)
+{
+    ortmem_holder *h = self;
+    ortmem_authority *a = h->authority;
+    pthread_mutex_lock(&a->lock);
+    om_refund_locked(a, h, owned, mapped);
     om_capacity_freed_locked(a);
     pthread_mutex_unlock(&a->lock);
+}
+
+/* Owner to quarantine, pool to owner and the like: one locked step, so no
+ * hold or ticket sees the bytes free between the refund and the adopt.
+ * Holders of two authorities move as a refund and an adopt. */
+static int acct_move(void *self, void *to_self, uint64_t owned, uint64_t mapped)
+{
+    ortmem_holder *h = self, *to = to_self;
+    ortmem_authority *a = h->authority;
+    if (to->authority != a)
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    om_refund_locked(a, h, owned, mapped);
+    om_adopt_locked(a, to, owned, mapped);
+    om_capacity_freed_locked(a); /* used falls when a lease of to already counted them */
+    pthread_mutex_unlock(&a->lock);
+    return 1;
 }
 
 static void acct_requested(void *self, int64_t delta)
@@ -300,6 +327,7 @@ void om_holder_fill_account(ortmem_holder *h, ortmem_account *account)
         .retain = acct_retain,
         .unretain = acct_unretain,
         .relieve = acct_relieve,
+        .move = acct_move,
     };
 }
 

@@ -121,8 +121,20 @@ bool om_relief_run(om_relief *relief, ortmem_status st)
     return retry;
 }
 
+static bool om_account_can_move(const om_account *a)
+{
+    return a->set && a->ops.struct_size >= OM_SIZE_THROUGH(ortmem_account, move) && a->ops.move;
+}
+
 void om_account_move(const om_account *from, const om_account *to, uint64_t owned, uint64_t mapped)
 {
+    if (!owned && !mapped)
+        return;
+    /* A refund then an adopt would show the bytes free in between, where
+     * another hold could take them and the adopt then pass the limit. */
+    if (om_account_can_move(from) && om_account_can_move(to) && from->ops.move == to->ops.move &&
+        from->ops.move(from->ops.self, to->ops.self, owned, mapped))
+        return;
     om_account_refund(from, owned, mapped);
     om_account_adopt(to, owned, mapped);
 }
