@@ -371,16 +371,8 @@ void context_free(eng_gpu_context *c)
         ortmem_arena_destroy(c->arena, 1);
     if (c->holder)
         ortmem_holder_unregister(c->holder);
-    if (c->limit_raise) {
-        ortmem_authority *a = c->model->authority;
-        ortmem_authority_report r;
-        std::memset(&r, 0, sizeof r);
-        r.struct_size = sizeof r;
-        pthread_mutex_lock(&c->model->lock); // the model's contexts share the limit
-        if (ortmem_authority_report_get(a, &r, nullptr, 0) == ORTMEM_OK)
-            ortmem_authority_set_limit(a, r.limit_bytes - c->limit_raise, nullptr);
-        pthread_mutex_unlock(&c->model->lock);
-    }
+    if (c->limit_raise)
+        eng_model_limit_lower(c->model, c->limit_raise);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     cudaFreeHost(c->h_rows);
@@ -586,20 +578,10 @@ ortmem_status eng_gpu_context_create(eng_model *m, const eng_gpu_options *option
             goto fail;
         }
         const size_t arena_bytes = round_up(buffer_bytes(hp, n_ctx, batch), granule);
-        ortmem_authority_report r;
-        std::memset(&r, 0, sizeof r);
-        r.struct_size = sizeof r;
         const uint64_t raise = full_commit * batch + arena_bytes;
-        pthread_mutex_lock(&m->lock);
-        if ((st = ortmem_authority_report_get(m->authority, &r, nullptr, 0)) == ORTMEM_OK &&
-            (st = ortmem_authority_set_limit(m->authority, r.limit_bytes + raise, nullptr)) ==
-                ORTMEM_OK)
-            c->limit_raise = raise;
-        pthread_mutex_unlock(&m->lock);
-        if (st != ORTMEM_OK) {
-            eng_from_ortmem(err, st, "raising the authority's limit for the GPU context");
+        if ((st = eng_model_limit_raise(m, raise, err)) != ORTMEM_OK)
             goto fail;
-        }
+        c->limit_raise = raise;
 
         ortmem_holder_options ho = ORTMEM_HOLDER_OPTIONS_INIT;
         ho.name = "activations";
@@ -645,9 +627,7 @@ ortmem_status eng_gpu_context_create(eng_model *m, const eng_gpu_options *option
         if ((st = upload_tables(c, err)) != ORTMEM_OK)
             goto fail;
     }
-    pthread_mutex_lock(&m->lock);
-    m->contexts++;
-    pthread_mutex_unlock(&m->lock);
+    eng_model_context_count(m, +1);
     *out = c;
     return ORTMEM_OK;
 fail:
@@ -673,9 +653,7 @@ ortmem_status eng_gpu_context_destroy(eng_gpu_context *c, eng_error *err)
     c->kv = nullptr;
     if (st != ORTMEM_OK && result == ORTMEM_OK)
         result = eng_from_ortmem(err, st, "destroying the KV cache");
-    pthread_mutex_lock(&c->model->lock);
-    c->model->contexts--;
-    pthread_mutex_unlock(&c->model->lock);
+    eng_model_context_count(c->model, -1);
     context_free(c);
     return result;
 }

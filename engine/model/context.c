@@ -95,14 +95,8 @@ static void context_free(eng_context *c)
         ortmem_kv_seq_destroy(c->seq);
     if (c->kv)
         ortmem_kv_cache_destroy(c->kv);
-    if (c->limit_raise) {
-        ortmem_authority *a = c->model->authority;
-        ortmem_authority_report r = {.struct_size = sizeof r};
-        pthread_mutex_lock(&c->model->lock);
-        if (ortmem_authority_report_get(a, &r, NULL, 0) == ORTMEM_OK)
-            ortmem_authority_set_limit(a, r.limit_bytes - c->limit_raise, NULL);
-        pthread_mutex_unlock(&c->model->lock);
-    }
+    if (c->limit_raise)
+        eng_model_limit_lower(c->model, c->limit_raise);
     if (c->pool)
         eng_pool_destroy(c->pool);
     eng_scratch_free(&c->scratch);
@@ -186,17 +180,9 @@ ortmem_status eng_context_create(eng_model *m, const eng_context_options *option
     uint64_t full_commit = 0;
     if ((st = eng_kv_choose_layout(m, n_ctx, &c->layout, &full_commit, err)) != ORTMEM_OK)
         goto fail;
-    ortmem_authority_report r = {.struct_size = sizeof r};
-    pthread_mutex_lock(&m->lock);
-    if ((st = ortmem_authority_report_get(m->authority, &r, NULL, 0)) == ORTMEM_OK &&
-        (st = ortmem_authority_set_limit(m->authority, r.limit_bytes + full_commit, NULL)) ==
-            ORTMEM_OK)
-        c->limit_raise = full_commit;
-    pthread_mutex_unlock(&m->lock);
-    if (st != ORTMEM_OK) {
-        eng_from_ortmem(err, st, "raising the authority's limit for the KV cache");
+    if ((st = eng_model_limit_raise(m, full_commit, err)) != ORTMEM_OK)
         goto fail;
-    }
+    c->limit_raise = full_commit;
 
     ortmem_kv_cache_options ko = ORTMEM_KV_CACHE_OPTIONS_INIT;
     ko.geometry = eng_kv_geometry(hp, c->layout);
@@ -212,9 +198,7 @@ ortmem_status eng_context_create(eng_model *m, const eng_context_options *option
         eng_from_ortmem(err, st, "the KV sequence");
         goto fail;
     }
-    pthread_mutex_lock(&m->lock);
-    m->contexts++;
-    pthread_mutex_unlock(&m->lock);
+    eng_model_context_count(m, +1);
     *out = c;
     return ORTMEM_OK;
 fail:
@@ -235,9 +219,7 @@ ortmem_status eng_context_destroy(eng_context *c, eng_error *err)
     if (st != ORTMEM_OK && result == ORTMEM_OK)
         result = eng_from_ortmem(err, st, "destroying the KV cache");
     c->kv = NULL;
-    pthread_mutex_lock(&c->model->lock);
-    c->model->contexts--;
-    pthread_mutex_unlock(&c->model->lock);
+    eng_model_context_count(c->model, -1);
     context_free(c);
     return result;
 }

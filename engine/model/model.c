@@ -546,3 +546,34 @@ uint64_t eng_model_weights_file_bytes(const eng_model *m)
 {
     return m->file_bytes;
 }
+
+/* ---- contexts' share of the model ---- */
+
+ortmem_status eng_model_limit_raise(eng_model *m, uint64_t bytes, eng_error *err)
+{
+    ortmem_authority_report r = {.struct_size = sizeof r};
+    pthread_mutex_lock(&m->lock);
+    ortmem_status st = ortmem_authority_report_get(m->authority, &r, NULL, 0);
+    if (st == ORTMEM_OK)
+        st = ortmem_authority_set_limit(m->authority, r.limit_bytes + bytes, NULL);
+    pthread_mutex_unlock(&m->lock);
+    return st == ORTMEM_OK
+               ? ORTMEM_OK
+               : eng_from_ortmem(err, st, "raising the authority's limit for a context");
+}
+
+void eng_model_limit_lower(eng_model *m, uint64_t bytes)
+{
+    ortmem_authority_report r = {.struct_size = sizeof r};
+    pthread_mutex_lock(&m->lock);
+    if (ortmem_authority_report_get(m->authority, &r, NULL, 0) == ORTMEM_OK)
+        ortmem_authority_set_limit(m->authority, r.limit_bytes - bytes, NULL);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void eng_model_context_count(eng_model *m, int delta)
+{
+    pthread_mutex_lock(&m->lock);
+    m->contexts = (unsigned)((int)m->contexts + delta);
+    pthread_mutex_unlock(&m->lock);
+}

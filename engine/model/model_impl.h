@@ -45,6 +45,15 @@ ortmem_kv_geometry eng_kv_geometry(const eng_hparams *hp, ortmem_kv_layout layou
  * (a quarter of n_ctx), and the most one sequence's cache may commit at
  * n_ctx tokens whichever strategy auto picks (what the authority's limit is
  * raised by). */
+/* A context's share of the authority's limit, raised at its create and
+ * lowered at its destroy under the model's lock (contexts on other threads
+ * read and write the same limit). */
+ortmem_status eng_model_limit_raise(eng_model *m, uint64_t bytes, eng_error *err);
+void eng_model_limit_lower(eng_model *m, uint64_t bytes);
+/* Counts a context in (+1) or out (-1): eng_model_destroy refuses while one
+ * lives. */
+void eng_model_context_count(eng_model *m, int delta);
+
 ortmem_status eng_kv_choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layout *out,
                                    uint64_t *full_commit, eng_error *err);
 
