@@ -231,7 +231,8 @@ static void ledger_exact(uint64_t want_resident, uint64_t want_ring)
     ortmem_residency_stats s = cache_stats();
     cr_assert_eq(s.resident_bytes, want_resident, "resident %llu, want %llu",
                  (unsigned long long)s.resident_bytes, (unsigned long long)want_resident);
-    cr_assert_eq(s.ring_bytes, want_ring);
+    cr_assert_eq(s.ring_bytes, want_ring, "ring %llu, want %llu", (unsigned long long)s.ring_bytes,
+                 (unsigned long long)want_ring);
     ortmem_vmm_stats v = stats_of(fx.cpu);
     cr_assert_eq(v.owned_bytes, want_resident + want_ring, "owned %llu",
                  (unsigned long long)v.owned_bytes);
@@ -396,6 +397,54 @@ Test(offload_cache, budget_evicts_the_policy_victim_and_streams_through_the_ring
     EXPECT_STATUS(ortmem_residency_unpin(fx.cache, 1), ORTMEM_E_STATE);
     OK(ortmem_residency_evict(fx.cache, 1));
     ledger_exact(slot_bytes(2), slot_bytes(0));
+    destroy_all();
+}
+
+/* A ring of slots smaller than the largest tensor: the ring costs less of
+ * the budget, the small tensors stream through it, the large one must be
+ * resident, and a budget where it fits neither is refused at create. */
+Test(offload_cache, a_ring_smaller_than_the_largest_tensor_streams_the_rest)
+{
+    make_authority(64 * MiB);
+    OK(open_catalog());
+    ortmem_residency_options o = ORTMEM_RESIDENCY_OPTIONS_INIT;
+    o.ring_slots = 2;
+    o.ring_slot_bytes = slot_bytes(1); /* 2 granules: tensors 1, 2, 3 fit, 0 does not */
+    /* Tensor 0 (4 granules) fits neither a ring slot nor 6 - 4 = 2 granules. */
+    o.budget_bytes = 2 * slot_bytes(1) + slot_bytes(1);
+    EXPECT_STATUS(
+        om_residency_cache_create_with_ops(fx.authority, fx.catalog, &o, &double_ops, &fx.cache),
+        ORTMEM_E_BUDGET);
+    cr_assert(strstr(ortmem_last_error(), "fits neither a ring slot"), "%s", ortmem_last_error());
+    cr_assert_null(fx.cache);
+    /* Room for tensor 0 resident and the ring of two 2-granule slots. */
+    o.budget_bytes = 2 * slot_bytes(1) + slot_bytes(0);
+    OK(om_residency_cache_create_with_ops(fx.authority, fx.catalog, &o, &double_ops, &fx.cache));
+    OK(ortmem_residency_pin(fx.cache, 0));
+    stream_mask[1] = stream_mask[2] = stream_mask[3] = true;
+    void *p1, *p2, *own;
+    OK(ortmem_residency_acquire(fx.cache, 1, &p1));
+    OK(ortmem_residency_acquire(fx.cache, 2, &p2));
+    OK(ortmem_residency_slot(fx.cache, 1, &own));
+    cr_assert_neq(p1, own, "tensor 1 was streamed, not paged into its own slot");
+    cr_assert_eq(mismatch(fx.cpu, p1, 1), tensor_bytes(1));
+    cr_assert_eq(mismatch(fx.cpu, p2, 2), tensor_bytes(2));
+    OK(ortmem_residency_release(fx.cache, 1));
+    OK(ortmem_residency_release(fx.cache, 2));
+    ledger_exact(slot_bytes(0), 2 * slot_bytes(1));
+    /* Unpinned and evicted, tensor 0 cannot stream: a clean refusal. */
+    OK(ortmem_residency_unpin(fx.cache, 0));
+    OK(ortmem_residency_evict(fx.cache, 0));
+    stream_mask[0] = true;
+    void *p0 = NULL;
+    EXPECT_STATUS(ortmem_residency_acquire(fx.cache, 0, &p0), ORTMEM_E_BUDGET);
+    cr_assert(strstr(ortmem_last_error(), "larger than a ring slot"), "%s", ortmem_last_error());
+    cr_assert_null(p0);
+    ledger_exact(0, 2 * slot_bytes(1));
+    ortmem_residency_stats st = cache_stats();
+    cr_assert_eq(st.streamed, 2);
+    cr_assert_eq(st.refusals, 1);
+    cr_assert_eq(st.bytes_moved, tensor_bytes(0) + tensor_bytes(1) + tensor_bytes(2));
     destroy_all();
 }
 

@@ -244,11 +244,16 @@ typedef struct ortmem_residency_options {
     uint64_t copy_stream;    /* stream the host-to-device copies go on (0 = default) */
     uint64_t compute_stream; /* stream an eviction (its fence) and a ring refill wait for */
     int priority;            /* of the cache's weights holder */
+    /* Bytes of one ring slot; 0 = the largest tensor's (every tensor can
+     * stream). Smaller: the ring costs less of the budget, and a tensor
+     * larger than a ring slot must be resident when acquired (pin it); a
+     * budget where the largest such tensor fits neither is refused at create. */
+    uint64_t ring_slot_bytes;
 } ortmem_residency_options;
 
 #define ORTMEM_RESIDENCY_OPTIONS_INIT                                                              \
     {                                                                                              \
-        sizeof(ortmem_residency_options), ORTMEM_RESIDENCY_SCAN_RESISTANT, 0, 0, 0, 0, 0           \
+        sizeof(ortmem_residency_options), ORTMEM_RESIDENCY_SCAN_RESISTANT, 0, 0, 0, 0, 0, 0        \
     }
 
 typedef struct ortmem_residency_stats {

@@ -197,6 +197,13 @@ static ortmem_status om_page_in(ortmem_residency_cache *c, uint32_t t)
 /* Copies tensor t into a free ring slot. */
 static ortmem_status om_stream(ortmem_residency_cache *c, uint32_t t, void **ptr)
 {
+    if (om_catalog_bytes(c->catalog, t) > c->ring_slot_bytes)
+        return OM_ERR(ORTMEM_E_BUDGET,
+                      "residency cache: '%s' (%llu bytes) is not resident and is larger than a "
+                      "ring slot (%llu bytes): pin it resident, or raise ring_slot_bytes",
+                      om_catalog_name(c->catalog, t),
+                      (unsigned long long)om_catalog_bytes(c->catalog, t),
+                      (unsigned long long)c->ring_slot_bytes);
     const void *host = NULL;
     ortmem_status st = om_catalog_source(c->catalog, t, &host);
     if (st != ORTMEM_OK)

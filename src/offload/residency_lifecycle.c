@@ -55,9 +55,12 @@ ortmem_status om_residency_cache_create_with_ops(ortmem_authority *authority,
     if (largest_bytes > UINT64_MAX / 2 / (ring + 1u))
         return OM_ERR(ORTMEM_E_OVERFLOW, "%s: tensor '%s' is %llu bytes", what,
                       om_catalog_name(catalog, largest), (unsigned long long)largest_bytes);
-    uint64_t slot_bytes = (largest_bytes + granule - 1) / granule * granule;
+    const uint64_t largest_slot = (largest_bytes + granule - 1) / granule * granule;
+    uint64_t slot_bytes = largest_slot;
+    if (o.ring_slot_bytes && o.ring_slot_bytes < largest_slot)
+        slot_bytes = (o.ring_slot_bytes + granule - 1) / granule * granule;
     uint64_t ring_bytes = (uint64_t)ring * slot_bytes;
-    if (o.budget_bytes < slot_bytes)
+    if (o.budget_bytes < largest_slot && slot_bytes == largest_slot)
         return OM_ERR(ORTMEM_E_BUDGET,
                       "%s: a budget of %llu bytes is below the largest tensor, '%s' (%llu bytes, "
                       "a %llu-byte slot of %zu-byte granules)",
@@ -69,6 +72,14 @@ ortmem_status om_residency_cache_create_with_ops(ortmem_authority *authority,
                       "ring of %u slots of %llu bytes (%llu)",
                       what, (unsigned long long)o.budget_bytes, ring,
                       (unsigned long long)slot_bytes, (unsigned long long)ring_bytes);
+    if (slot_bytes < largest_slot && largest_slot > o.budget_bytes - ring_bytes)
+        return OM_ERR(ORTMEM_E_BUDGET,
+                      "%s: '%s' (a %llu-byte slot) fits neither a ring slot of %llu bytes nor the "
+                      "resident budget of %llu bytes (budget %llu less the ring's %llu)",
+                      what, om_catalog_name(catalog, largest), (unsigned long long)largest_slot,
+                      (unsigned long long)slot_bytes,
+                      (unsigned long long)(o.budget_bytes - ring_bytes),
+                      (unsigned long long)o.budget_bytes, (unsigned long long)ring_bytes);
 
     ortmem_residency_cache *c = om_calloc(1, sizeof *c);
     if (!c)
@@ -100,7 +111,7 @@ ortmem_status om_residency_cache_create_with_ops(ortmem_authority *authority,
         bytes[t] = (c->tensor_bytes[t] + granule - 1) / granule * granule;
     }
     for (uint32_t r = 0; r < ring; r++)
-        bytes[n + r] = largest_bytes;
+        bytes[n + r] = slot_bytes;
 
     om_policy_config pc = {bytes, n, c->resident_budget, NULL, 0, c->tensor_bytes};
     st = ops->create(&pc, &c->policy);
