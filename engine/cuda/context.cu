@@ -538,6 +538,12 @@ ortmem_status eng_gpu_context_create(eng_model *m, const eng_gpu_options *option
                         hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim, ENG_GPU_QK);
     if (!weights_supported(m, err))
         return ORTMEM_E_UNSUPPORTED;
+    if (m->streamed_count)
+        return eng_fail(err, ORTMEM_E_UNSUPPORTED,
+                        "GPU context: %u matrices are streamed under the model's weights budget; "
+                        "the GPU kernels read every weight resident (streaming on the device is "
+                        "proposed)",
+                        m->streamed_count);
 
     eng_gpu_context *c = new (std::nothrow) eng_gpu_context();
     if (!c)

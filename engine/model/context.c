@@ -280,6 +280,29 @@ static ortmem_status matmul(eng_context *c, const eng_matrix *w, const float *x,
     return eng_matmul(c->pool, c->isa, w, x, n, y, &c->scratch, err);
 }
 
+/* A layer's product; a matrix streamed under the weights budget is acquired
+ * from the residency cache (copied into a ring slot) for the product and
+ * released after it. */
+static ortmem_status layer_matmul(eng_context *c, const eng_layer *L, int which,
+                                  const eng_matrix *w, const float *x, size_t n, float *y,
+                                  eng_error *err)
+{
+    if (!L->streamed[which])
+        return matmul(c, w, x, n, y, err);
+    ortmem_residency_cache *cache = c->model->residency;
+    void *ptr = NULL;
+    ortmem_status st = ortmem_residency_acquire(cache, L->catalog_id[which], &ptr);
+    if (st != ORTMEM_OK)
+        return eng_from_ortmem(err, st, "a streamed weight");
+    eng_matrix streamed = *w;
+    streamed.data = ptr;
+    st = matmul(c, &streamed, x, n, y, err);
+    ortmem_status released = ortmem_residency_release(cache, L->catalog_id[which]);
+    if (st == ORTMEM_OK && released != ORTMEM_OK)
+        st = eng_from_ortmem(err, released, "releasing a streamed weight");
+    return st;
+}
+
 static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, eng_error *err)
 {
     eng_model *m = c->model;
@@ -311,9 +334,9 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
         const eng_layer *L = &m->layers[l];
         for (size_t t = 0; t < n; t++)
             eng_rms_norm(c->x + t * E, L->attn_norm, E, hp->rms_eps, c->xn + t * E);
-        if ((st = matmul(c, &L->wq, c->xn, n, c->q, err)) ||
-            (st = matmul(c, &L->wk, c->xn, n, c->k, err)) ||
-            (st = matmul(c, &L->wv, c->xn, n, c->v, err)))
+        if ((st = layer_matmul(c, L, ENG_W_Q, &L->wq, c->xn, n, c->q, err)) ||
+            (st = layer_matmul(c, L, ENG_W_K, &L->wk, c->xn, n, c->k, err)) ||
+            (st = layer_matmul(c, L, ENG_W_V, &L->wv, c->xn, n, c->v, err)))
             goto undo;
         for (size_t t = 0; t < n; t++) {
             const float *cs = c->rope + t * D;
@@ -337,7 +360,7 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
         const size_t row0 = l + 1 == hp->n_layer ? n - 1 : 0, rows = n - row0;
         attn_job job = {c, hp, l, p0, row0, n, kind, scale};
         eng_pool_run(c->pool, attend_head, &job, hp->n_head);
-        if ((st = matmul(c, &L->wo, c->attn + row0 * QD, rows, c->tmp, err)))
+        if ((st = layer_matmul(c, L, ENG_W_O, &L->wo, c->attn + row0 * QD, rows, c->tmp, err)))
             goto undo;
         for (size_t r = 0; r < rows; r++) {
             float *x = c->x + (row0 + r) * E;
@@ -347,12 +370,12 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
         }
         for (size_t r = 0; r < rows; r++)
             eng_rms_norm(c->x + (row0 + r) * E, L->ffn_norm, E, hp->rms_eps, c->xn + r * E);
-        if ((st = matmul(c, &L->w_gate, c->xn, rows, c->gate, err)) ||
-            (st = matmul(c, &L->w_up, c->xn, rows, c->up, err)))
+        if ((st = layer_matmul(c, L, ENG_W_GATE, &L->w_gate, c->xn, rows, c->gate, err)) ||
+            (st = layer_matmul(c, L, ENG_W_UP, &L->w_up, c->xn, rows, c->up, err)))
             goto undo;
         for (size_t r = 0; r < rows; r++)
             eng_swiglu(c->gate + r * F, c->up + r * F, F, c->gate + r * F);
-        if ((st = matmul(c, &L->w_down, c->gate, rows, c->tmp, err)))
+        if ((st = layer_matmul(c, L, ENG_W_DOWN, &L->w_down, c->gate, rows, c->tmp, err)))
             goto undo;
         for (size_t r = 0; r < rows; r++) {
             float *x = c->x + (row0 + r) * E;

@@ -322,6 +322,62 @@ static eng_matrix matrix_at(const eng_model *m, size_t spec_index, const tensor_
     return w;
 }
 
+/* Slots of the streaming ring under a weights budget: one per product in
+ * flight (one per context decoding at once), two spare. */
+#define ENG_RING_SLOTS 4
+
+/* Which tensors are pinned resident (keep) and the residency cache's ring.
+ * Without a budget: every tensor, and the cache's default ring. Under one:
+ * the embedding, the output and the norms always (the embedding is read a
+ * row at a time, the norms are a few KiB), then the layers' matrices in the
+ * order the forward pass reads them while they fit beside a ring of
+ * ENG_RING_SLOTS slots of the largest matrix; the rest are streamed through
+ * the ring. ORTMEM_E_BUDGET naming the numbers when the budget cannot hold
+ * what must stay resident and the ring. */
+static ortmem_status plan_residency(const tensor_spec *specs, size_t nspec,
+                                    const ortmem_weight_tensor *table, uint64_t granule,
+                                    uint64_t budget, bool *keep, ortmem_residency_options *ro,
+                                    eng_error *err)
+{
+    uint64_t ring_slot = 0, must = 0;
+    for (size_t i = 0; i < nspec; i++) {
+        if (!specs[i].found)
+            continue;
+        const uint32_t id = specs[i].catalog_id;
+        const uint64_t slot = round_up(table[id].bytes, granule);
+        const bool matrix =
+            specs[i].role == ORTMEM_WEIGHT_ATTENTION || specs[i].role == ORTMEM_WEIGHT_MLP;
+        if (!budget || !matrix) {
+            keep[id] = true;
+            must += matrix ? 0 : slot;
+        } else if (slot > ring_slot) {
+            ring_slot = slot;
+        }
+    }
+    if (!budget)
+        return ORTMEM_OK;
+    const uint64_t ring = (uint64_t)ENG_RING_SLOTS * ring_slot;
+    if (budget < must + ring)
+        return eng_fail(err, ORTMEM_E_BUDGET,
+                        "a weights budget of %" PRIu64 " bytes is below the %" PRIu64
+                        " the engine keeps resident (embedding, output, norms) plus a ring of %d "
+                        "slots of %" PRIu64 " bytes",
+                        budget, must, ENG_RING_SLOTS, ring_slot);
+    uint64_t room = budget - must - ring;
+    for (size_t i = 0; i < nspec; i++) {
+        if (!specs[i].found || keep[specs[i].catalog_id])
+            continue;
+        const uint64_t slot = round_up(table[specs[i].catalog_id].bytes, granule);
+        if (slot <= room) {
+            keep[specs[i].catalog_id] = true;
+            room -= slot;
+        }
+    }
+    ro->ring_slots = ENG_RING_SLOTS;
+    ro->ring_slot_bytes = ring_slot;
+    return ORTMEM_OK;
+}
+
 ortmem_status eng_model_load(const char *path, const eng_model_options *options, eng_model **out,
                              eng_error *err)
 {
@@ -349,6 +405,7 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     pthread_mutex_init(&m->lock, NULL);
     tensor_spec *specs = NULL;
     ortmem_weight_tensor *table = NULL;
+    bool *keep = NULL; /* per catalogued tensor: pinned resident */
     ortmem_status st = eng_gguf_open(path, &m->gguf, err);
     if (st != ORTMEM_OK)
         goto fail;
@@ -392,10 +449,15 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     }
     m->pinned = calloc(m->tensor_count, sizeof *m->pinned);
     m->slots = calloc(m->tensor_count, sizeof *m->slots);
-    if (!m->pinned || !m->slots) {
+    keep = calloc(m->tensor_count ? m->tensor_count : 1, sizeof *keep);
+    if (!m->pinned || !m->slots || !keep) {
         st = eng_fail(err, ORTMEM_E_NOMEM, "model load: no memory");
         goto fail;
     }
+    ortmem_residency_options ro = ORTMEM_RESIDENCY_OPTIONS_INIT;
+    if ((st = plan_residency(specs, nspec, table, granule, opts.weights_budget, keep, &ro, err)) !=
+        ORTMEM_OK)
+        goto fail;
 
     if (opts.backend) {
         m->backend = opts.backend;
@@ -408,8 +470,9 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         }
         m->own_backend = true;
     }
-    /* Resident slots plus the ring the cache reserves for streaming. */
-    m->weights_budget = slots_bytes + 2 * largest_slot;
+    /* Resident slots plus the ring the cache reserves for streaming (or the
+     * caller's budget). */
+    m->weights_budget = opts.weights_budget ? opts.weights_budget : slots_bytes + 2 * largest_slot;
     ortmem_authority_options ao = ORTMEM_AUTHORITY_OPTIONS_INIT;
     ao.limit_bytes = m->weights_budget;
     if ((st = ortmem_authority_create(m->backend, &ao, &m->authority)) != ORTMEM_OK) {
@@ -423,7 +486,6 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         ortmem_fail(err, st, "the weight catalog");
         goto fail;
     }
-    ortmem_residency_options ro = ORTMEM_RESIDENCY_OPTIONS_INIT;
     ro.budget_bytes = m->weights_budget;
     if ((st = ortmem_residency_cache_create(m->authority, m->catalog, &ro, &m->residency)) !=
         ORTMEM_OK) {
@@ -432,6 +494,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
     }
     uint64_t done_bytes = 0;
     for (uint32_t i = 0; i < m->tensor_count; i++) {
+        if (!keep[i])
+            continue; /* streamed: acquired around each product */
         if ((st = ortmem_residency_pin(m->residency, i)) != ORTMEM_OK) {
             char what[128];
             snprintf(what, sizeof what, "pinning %s resident", table[i].name);
@@ -463,12 +527,21 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         L->w_gate = matrix_at(m, s++, specs);
         L->w_up = matrix_at(m, s++, specs);
         L->w_down = matrix_at(m, s++, specs);
+        /* The layer's specs (build_specs): attn_norm, q, k, v, o, ffn_norm, gate, up, down. */
+        static const size_t at[ENG_LAYER_MATRICES] = {1, 2, 3, 4, 6, 7, 8};
+        for (uint32_t w = 0; w < ENG_LAYER_MATRICES; w++) {
+            const uint32_t id = specs[s - 9 + at[w]].catalog_id;
+            L->catalog_id[w] = id;
+            L->streamed[w] = !keep[id];
+            m->streamed_count += !keep[id];
+        }
     }
     m->output_norm = m->slots[specs[s++].catalog_id];
     m->output = m->hp.tied_output ? m->token_embd : matrix_at(m, s, specs);
 
     free(specs);
     free(table);
+    free(keep);
     *out = m;
     return ORTMEM_OK;
 fail:
@@ -477,6 +550,7 @@ fail:
         eng_wrap(err, "%s", path);
     free(specs);
     free(table);
+    free(keep);
     model_free(m);
     return st;
 }

@@ -45,6 +45,14 @@ typedef struct eng_model_options {
      * backend's. NULL: the model creates a CPU backend of granule. The caller
      * keeps it alive until eng_model_destroy has returned. */
     ortmem_backend *backend;
+    /* Bytes the residency cache may map for the weights; 0 = every tensor
+     * pinned resident. Under a budget the embedding, the output and the norms
+     * stay resident, then the layers' matrices in reading order while they
+     * fit beside a ring of 4 slots of the largest matrix; the others are
+     * streamed through the ring around each product (the same tokens, the
+     * bytes copied again every token). ORTMEM_E_BUDGET naming the numbers
+     * when the budget holds less than what stays resident and the ring. */
+    uint64_t weights_budget;
     eng_load_progress_fn progress;
     void *progress_user;
 } eng_model_options;

@@ -10,9 +10,16 @@
 
 #define ENG_MAX_HEAD_DIM ENG_ATTN_MAX_DIM
 
+/* A layer's matrices in the order the forward pass reads them. */
+enum { ENG_W_Q, ENG_W_K, ENG_W_V, ENG_W_O, ENG_W_GATE, ENG_W_UP, ENG_W_DOWN, ENG_LAYER_MATRICES };
+
 typedef struct eng_layer {
     const float *attn_norm, *ffn_norm;
     eng_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    /* Under a weights budget: the matrices not pinned resident (data NULL)
+     * are acquired from the residency cache around each product. */
+    uint32_t catalog_id[ENG_LAYER_MATRICES];
+    bool streamed[ENG_LAYER_MATRICES];
 } eng_layer;
 
 struct eng_model {
@@ -31,6 +38,7 @@ struct eng_model {
     void **slots;            /* per catalogued tensor: its slot */
     uint64_t file_bytes;     /* the tensors' bytes */
     uint64_t weights_budget; /* the residency cache's budget (the authority's base limit) */
+    uint32_t streamed_count; /* matrices streamed under eng_model_options.weights_budget */
     /* Contexts of one model are created, used and destroyed on any threads:
      * lock guards contexts and the authority's limit, which each context
      * raises and lowers by reading it and writing it back. */
@@ -41,10 +49,6 @@ struct eng_model {
 /* The KV geometry of the model's layers, KV heads, head dimension and F16
  * elements in layout (granule 0: the backend's). */
 ortmem_kv_geometry eng_kv_geometry(const eng_hparams *hp, ortmem_kv_layout layout);
-/* The layout whose stable range commits the least for a typical sequence
- * (a quarter of n_ctx), and the most one sequence's cache may commit at
- * n_ctx tokens whichever strategy auto picks (what the authority's limit is
- * raised by). */
 /* A context's share of the authority's limit, raised at its create and
  * lowered at its destroy under the model's lock (contexts on other threads
  * read and write the same limit). */
@@ -54,6 +58,10 @@ void eng_model_limit_lower(eng_model *m, uint64_t bytes);
  * lives. */
 void eng_model_context_count(eng_model *m, int delta);
 
+/* The layout whose stable range commits the least for a typical sequence
+ * (a quarter of n_ctx), and the most one sequence's cache may commit at
+ * n_ctx tokens whichever strategy auto picks (what the authority's limit is
+ * raised by). */
 ortmem_status eng_kv_choose_layout(eng_model *m, uint32_t n_ctx, ortmem_kv_layout *out,
                                    uint64_t *full_commit, eng_error *err);
 

@@ -24,8 +24,9 @@ typedef struct options {
     eng_sample_params sample;
     bool cuda; /* --device cuda[:N] */
     int cuda_ordinal;
-    uint64_t batch; /* --batch B (cuda): sequences decoded together */
-    bool no_graphs; /* --no-graphs (cuda): launch the step's kernels every time */
+    uint64_t batch;         /* --batch B (cuda): sequences decoded together */
+    bool no_graphs;         /* --no-graphs (cuda): launch the step's kernels every time */
+    uint64_t device_budget; /* --device-budget: the weights' residency budget; 0 = all resident */
 } options;
 
 typedef struct text_buf {
@@ -45,7 +46,9 @@ typedef struct run_result {
     ortmem_kv_layout layout;
     char explain[4096];
     char *ledger_table, *ledger_json;
-    const char *stop; /* why generation ended */
+    const char *stop;                 /* why generation ended */
+    ortmem_residency_stats residency; /* the weights' residency cache at the end */
+    uint64_t bytes_moved_at_load;     /* its bytes_moved once the model was loaded */
     /* --device cuda */
     bool cuda;
     uint64_t batch;

@@ -118,6 +118,7 @@ int gpu_run(const options *o, const char *path, run_result *r)
     eng_model_options mo = {0};
     mo.backend = backend;
     mo.progress = load_progress;
+    mo.weights_budget = o->device_budget;
     if (eng_model_load(path, &mo, &model, &err) != ORTMEM_OK) {
         ortmem_backend_destroy(backend);
         return cli_fail(PROGRAM, err.status == ORTMEM_E_NOMEM ? EXIT_FAILED : EXIT_USAGE,

@@ -32,6 +32,7 @@ static void usage(FILE *out)
           "                     [--threads N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
           "                     [--repeat-penalty R] [--seed S] [--stats] [--json]\n"
           "                     [--device cpu|cuda[:N]] [--batch B] [--no-graphs]\n"
+          "                     [--device-budget BYTES]\n"
           "\n"
           "Decodes PROMPT with the reference engine: a Llama-family GGUF model on the CPU\n"
           "(or a CUDA device: --device), its weights pinned in ortmem's residency cache\n"
@@ -59,7 +60,11 @@ static void usage(FILE *out)
           "                       decode step captured once as a CUDA graph (default cpu)\n"
           "  --batch B            (cuda) B sequences of the prompt decoded together, 1..32;\n"
           "                       the text shown is the first one's\n"
-          "  --no-graphs          (cuda) launch the step's kernels every time\n",
+          "  --no-graphs          (cuda) launch the step's kernels every time\n"
+          "  --device-budget BYTES  bytes the weights may hold where they are computed\n"
+          "                       (e.g. 48M): the embedding, the norms and the first\n"
+          "                       matrices stay resident, the others are copied through\n"
+          "                       the residency cache's ring at every token (CPU only)\n",
           out);
 }
 
@@ -119,6 +124,10 @@ static int apply_option(void *context, const char *name, const char *value)
             return cli_fail(PROGRAM, EXIT_USAGE, "--device: \"%s\" is neither cpu nor cuda[:N]",
                             value);
         }
+    } else if (!strcmp(name, "--device-budget")) {
+        if (!parse_size(value, &o->device_budget) || o->device_budget == 0)
+            return cli_fail(PROGRAM, EXIT_USAGE, "--device-budget: \"%s\" is not a byte count",
+                            value);
     } else if (!strcmp(name, "--batch")) {
         if (!parse_u64(value, &o->batch) || o->batch == 0 || o->batch > 32)
             return cli_fail(PROGRAM, EXIT_USAGE, "--batch: \"%s\" is not in 1..32", value);
@@ -261,6 +270,13 @@ static void print_stats(const options *o, const run_result *r, FILE *out)
             r->kv.overcommit_bound_bytes);
     fprintf(out, "kv explained: %s\n", r->explain);
     fprintf(out, "weights resident: %" PRIu64 " bytes\n", r->weights_resident);
+    if (r->residency.streamed)
+        fprintf(out,
+                "weights streamed: %" PRIu64 " acquires through the ring, %" PRIu64
+                " bytes copied after the load (%.0f per forward pass)\n",
+                r->residency.streamed, r->residency.bytes_moved - r->bytes_moved_at_load,
+                (double)(r->residency.bytes_moved - r->bytes_moved_at_load) /
+                    (double)(1 + r->decode_tokens));
     if (r->cuda)
         fprintf(out,
                 "cuda: batch %" PRIu64 ", graph captures %" PRIu64 " (re-captures %" PRIu64
@@ -300,6 +316,8 @@ static void print_json(const options *o, const char *model_path, const run_resul
     json_put_string(out, r->explain, JSON_CONTROLS_NAMED);
     fprintf(out, ", \"weights_resident_bytes\": %" PRIu64 ", \"peak_rss_bytes\": %" PRIu64,
             r->weights_resident, peak_rss_bytes());
+    fprintf(out, ", \"weights_streamed\": %" PRIu64 ", \"weights_bytes_moved\": %" PRIu64,
+            r->residency.streamed, r->residency.bytes_moved - r->bytes_moved_at_load);
     fprintf(out, ", \"device\": \"%s\"", r->cuda ? "cuda" : "cpu");
     if (r->cuda)
         fprintf(out,
@@ -414,9 +432,10 @@ static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok
 int main(int argc, char **argv)
 {
     options o = {.n_predict = 64, .threads = 2, .sample = ENG_SAMPLE_PARAMS_GREEDY};
-    static const char *const valued[] = {
-        "--prompt", "--model", "--n-predict",      "--threads", "--ctx",    "--temp",  "--top-k",
-        "--top-p",  "--min-p", "--repeat-penalty", "--seed",    "--device", "--batch", NULL};
+    static const char *const valued[] = {"--prompt", "--model",          "--n-predict", "--threads",
+                                         "--ctx",    "--temp",           "--top-k",     "--top-p",
+                                         "--min-p",  "--repeat-penalty", "--seed",      "--device",
+                                         "--batch",  "--device-budget",  NULL};
     cli_flag flags[] = {{"--chat", &o.chat}, {"--stats", &o.stats},
                         {"--json", &o.json}, {"--no-graphs", &o.no_graphs},
                         {"-h", &o.help},     {"--help", &o.help},
@@ -479,10 +498,13 @@ int main(int argc, char **argv)
     eng_model *model = NULL;
     eng_model_options mo = {0};
     mo.progress = load_progress;
+    mo.weights_budget = o.device_budget;
     if (eng_model_load(path, &mo, &model, &err) != ORTMEM_OK)
         return cli_fail(PROGRAM, err.status == ORTMEM_E_NOMEM ? EXIT_FAILED : EXIT_USAGE,
                         "cannot load the model %s", err.message);
     const eng_hparams *hp = eng_model_hparams(model);
+    ortmem_residency_stats loaded = {.struct_size = sizeof loaded};
+    ortmem_residency_stats_get(eng_model_residency(model), &loaded);
     if (o.n_ctx > hp->n_ctx_train) {
         eng_model_destroy(model, NULL);
         return cli_fail(PROGRAM, EXIT_USAGE,
@@ -491,6 +513,7 @@ int main(int argc, char **argv)
     }
 
     run_result r = {0};
+    r.bytes_moved_at_load = loaded.bytes_moved;
     eng_tokenizer *tok = NULL;
     eng_sampler *sampler = NULL;
     eng_context *ctx = NULL;
@@ -526,6 +549,8 @@ int main(int argc, char **argv)
         goto done;
     }
     r.weights_resident = eng_model_weights_resident_bytes(model);
+    r.residency.struct_size = sizeof r.residency;
+    ortmem_residency_stats_get(eng_model_residency(model), &r.residency);
     r.ledger_table = ledger_text(eng_model_authority(model), ORTMEM_REPORT_TABLE);
     r.ledger_json = ledger_text(eng_model_authority(model), ORTMEM_REPORT_JSON);
 done:

@@ -107,6 +107,25 @@ Test(engine_decode_tool, bad_options)
     refused(bad_batch, "--batch: \"33\" is not in 1..32");
     const char *batch_on_cpu[] = {"-p", "Hi", "--batch", "4", NULL};
     refused(batch_on_cpu, "--batch and --no-graphs need --device cuda");
+    const char *bad_budget[] = {"-p", "Hi", "--device-budget", "lots", NULL};
+    refused(bad_budget, "--device-budget: \"lots\" is not a byte count");
+    const char *small_budget[] = {"-p", "Hi", "--device-budget", "8M", NULL};
+    refused(small_budget, "a weights budget of 8388608 bytes is below the");
+}
+
+/* Under half the weights' bytes the matrices that do not fit stream through
+ * the residency cache's ring, and the first tokens are llama.cpp's still. */
+Test(engine_decode_tool, a_device_budget_streams_weights_and_keeps_the_tokens)
+{
+    const char *args[] = {
+        "-p", "The capital of France is", "-n", "8", "--device-budget", "48M", "--json", NULL};
+    child_result r = child_run(decode_exe(), args, NULL);
+    cr_assert_eq(r.status, 0, "exit status %d; stderr: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "\"tokens\": [7042, 30, 198, 198, 504, 1797, 1918, 553]"), "%s", r.out);
+    cr_assert_gt(json_number(r.out, "weights_streamed"), 0, "%s", r.out);
+    cr_assert_gt(json_number(r.out, "weights_bytes_moved"), 0, "%s", r.out);
+    cr_assert_leq(json_number(r.out, "weights_resident_bytes"), 48u << 20, "%s", r.out);
+    child_result_free(&r);
 }
 
 /* Greedy, 8 tokens: llama.cpp's first 8 for this prompt (the reference

@@ -93,7 +93,9 @@ static int32_t *int_array(json_t *a, size_t *n)
 /* Decodes the prompt's ids and then, step by step, our greedy token; each
  * must be llama.cpp's. A divergence names the step, both ids, llama.cpp's
  * two best logits and ours for the same two ids. */
-static void agree_with_llama_cpp(const char *name)
+/* budget: eng_model_options.weights_budget as a fraction of the weights'
+ * file bytes (0: every weight pinned). */
+static void agree_with_llama_cpp_under(const char *name, double budget)
 {
     json_t *root = reference();
     json_t *p = reference_prompt(root, name);
@@ -107,6 +109,16 @@ static void agree_with_llama_cpp(const char *name)
     char path[4096];
     default_model(path, sizeof path);
     eng_model *m = load(path);
+    uint64_t weights_budget = 0;
+    if (budget > 0) {
+        weights_budget = (uint64_t)((double)eng_model_weights_file_bytes(m) * budget);
+        eng_error lerr = {0};
+        cr_assert_eq(eng_model_destroy(m, &lerr), ORTMEM_OK, "%s", lerr.message);
+        eng_model_options mo = {0};
+        mo.weights_budget = weights_budget;
+        m = NULL;
+        cr_assert_eq(eng_model_load(path, &mo, &m, &lerr), ORTMEM_OK, "%s", lerr.message);
+    }
     eng_context *c = context(m, REFERENCE_CTX);
     const size_t vocab = eng_model_hparams(m)->n_vocab;
     eng_error err = {0};
@@ -129,6 +141,20 @@ static void agree_with_llama_cpp(const char *name)
         cr_assert_eq(eng_context_decode(c, &ours, 1, &err), ORTMEM_OK, "%s", err.message);
     }
     cr_assert_eq(eng_context_length(c), n_prompt + n_steps);
+    if (budget > 0) {
+        /* The streamed matrices went through the ring every token, and the
+         * weights never held more than the budget. */
+        ortmem_residency_stats rs = {.struct_size = sizeof rs};
+        cr_assert_eq(ortmem_residency_stats_get(eng_model_residency(m), &rs), ORTMEM_OK);
+        cr_assert_gt(rs.streamed, 0);
+        cr_assert_geq(rs.streamed, n_steps, "%llu streamed acquires over %zu tokens",
+                      (unsigned long long)rs.streamed, n_steps);
+        cr_assert_leq(rs.resident_bytes + rs.ring_bytes, weights_budget,
+                      "resident %llu + ring %llu over the budget %llu",
+                      (unsigned long long)rs.resident_bytes, (unsigned long long)rs.ring_bytes,
+                      (unsigned long long)weights_budget);
+        cr_assert_lt(eng_model_weights_resident_bytes(m), eng_model_weights_file_bytes(m));
+    }
     cr_assert_eq(eng_context_destroy(c, &err), ORTMEM_OK, "%s", err.message);
     cr_assert_eq(eng_model_destroy(m, &err), ORTMEM_OK, "%s", err.message);
     free(prompt);
@@ -136,9 +162,38 @@ static void agree_with_llama_cpp(const char *name)
     json_decref(root);
 }
 
+static void agree_with_llama_cpp(const char *name)
+{
+    agree_with_llama_cpp_under(name, 0);
+}
+
 Test(engine_model, greedy_tokens_agree_with_llama_cpp_capital, .timeout = 240)
 {
     agree_with_llama_cpp("capital");
+}
+
+/* Half the weights' bytes: most matrices stream through the residency
+ * cache's ring at every token, and the tokens are llama.cpp's still. */
+Test(engine_model, streamed_weights_under_half_the_budget_keep_the_tokens, .timeout = 240)
+{
+    agree_with_llama_cpp_under("chat", 0.5);
+}
+
+/* A budget below what stays resident (the embedding alone is 30 MB) is
+ * refused with the numbers, and nothing is left behind. */
+Test(engine_model, a_weights_budget_too_small_is_refused_with_the_numbers)
+{
+    char path[4096];
+    default_model(path, sizeof path);
+    eng_model_options mo = {0};
+    mo.weights_budget = 8u << 20;
+    eng_model *m = NULL;
+    eng_error err = {0};
+    cr_assert_eq(eng_model_load(path, &mo, &m, &err), ORTMEM_E_BUDGET, "%s", err.message);
+    cr_assert_null(m);
+    cr_assert(strstr(err.message, "a weights budget of 8388608 bytes is below the"), "%s",
+              err.message);
+    cr_assert(strstr(err.message, "plus a ring of 4 slots of"), "%s", err.message);
 }
 
 Test(engine_model, greedy_tokens_agree_with_llama_cpp_fibonacci, .timeout = 240)
