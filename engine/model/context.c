@@ -280,27 +280,39 @@ static ortmem_status matmul(eng_context *c, const eng_matrix *w, const float *x,
     return eng_matmul(c->pool, c->isa, w, x, n, y, &c->scratch, err);
 }
 
-/* A layer's product; a matrix streamed under the weights budget is acquired
- * from the residency cache (copied into a ring slot) for the product and
- * released after it. */
-static ortmem_status layer_matmul(eng_context *c, const eng_layer *L, int which,
-                                  const eng_matrix *w, const float *x, size_t n, float *y,
-                                  eng_error *err)
+/* The layer as the forward pass reads it: a layer streamed whole is
+ * acquired from the residency cache (copied into a ring slot) and its
+ * matrices and norms pointed into that slot; *held names the entry until
+ * layer_done releases it. */
+static ortmem_status layer_view(eng_context *c, const eng_layer *L, eng_layer *view, uint32_t *held,
+                                eng_error *err)
 {
-    if (!L->streamed[which])
-        return matmul(c, w, x, n, y, err);
-    ortmem_residency_cache *cache = c->model->residency;
+    *view = *L;
+    if (!L->streamed)
+        return ORTMEM_OK;
     void *ptr = NULL;
-    ortmem_status st = ortmem_residency_acquire(cache, L->catalog_id[which], &ptr);
+    ortmem_status st = ortmem_residency_acquire(c->model->residency, L->entry, &ptr);
     if (st != ORTMEM_OK)
-        return eng_from_ortmem(err, st, "a streamed weight");
-    eng_matrix streamed = *w;
-    streamed.data = ptr;
-    st = matmul(c, &streamed, x, n, y, err);
-    ortmem_status released = ortmem_residency_release(cache, L->catalog_id[which]);
-    if (st == ORTMEM_OK && released != ORTMEM_OK)
-        st = eng_from_ortmem(err, released, "releasing a streamed weight");
-    return st;
+        return eng_from_ortmem(err, st, "a streamed layer");
+    *held = L->entry;
+    char *base = ptr;
+    eng_matrix *m[ENG_LAYER_MATRICES] = {&view->wq,     &view->wk,   &view->wv,    &view->wo,
+                                         &view->w_gate, &view->w_up, &view->w_down};
+    for (int w = 0; w < ENG_LAYER_MATRICES; w++)
+        m[w]->data = base + L->offset[w];
+    view->attn_norm = (const float *)(base + L->attn_norm_offset);
+    view->ffn_norm = (const float *)(base + L->ffn_norm_offset);
+    return ORTMEM_OK;
+}
+
+/* Releases the layer layer_view acquired, if any. */
+static ortmem_status layer_done(eng_context *c, uint32_t *held, eng_error *err)
+{
+    if (*held == UINT32_MAX)
+        return ORTMEM_OK;
+    ortmem_status st = ortmem_residency_release(c->model->residency, *held);
+    *held = UINT32_MAX;
+    return st == ORTMEM_OK ? ORTMEM_OK : eng_from_ortmem(err, st, "releasing a streamed layer");
 }
 
 static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, eng_error *err)
@@ -310,6 +322,7 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
     const size_t E = hp->n_embd, D = hp->head_dim, QD = (size_t)hp->n_head * D,
                  KD = (size_t)hp->n_head_kv * D, F = hp->n_ff;
     const uint64_t p0 = c->length;
+    uint32_t held = UINT32_MAX; /* a streamed layer's entry acquired for its pass */
     ortmem_status st = ortmem_kv_seq_append(c->seq, n);
     if (st != ORTMEM_OK && st != ORTMEM_E_QUARANTINED)
         return eng_from_ortmem(err, st, "appending to the KV sequence");
@@ -331,12 +344,15 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
     const eng_dot_kind kind = n > 1 ? ENG_DOT_BATCH : ENG_DOT_DECODE;
     const float scale = 1.0f / sqrtf((float)D);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const eng_layer *L = &m->layers[l];
+        eng_layer view;
+        if ((st = layer_view(c, &m->layers[l], &view, &held, err)) != ORTMEM_OK)
+            goto undo;
+        const eng_layer *L = &view;
         for (size_t t = 0; t < n; t++)
             eng_rms_norm(c->x + t * E, L->attn_norm, E, hp->rms_eps, c->xn + t * E);
-        if ((st = layer_matmul(c, L, ENG_W_Q, &L->wq, c->xn, n, c->q, err)) ||
-            (st = layer_matmul(c, L, ENG_W_K, &L->wk, c->xn, n, c->k, err)) ||
-            (st = layer_matmul(c, L, ENG_W_V, &L->wv, c->xn, n, c->v, err)))
+        if ((st = matmul(c, &L->wq, c->xn, n, c->q, err)) ||
+            (st = matmul(c, &L->wk, c->xn, n, c->k, err)) ||
+            (st = matmul(c, &L->wv, c->xn, n, c->v, err)))
             goto undo;
         for (size_t t = 0; t < n; t++) {
             const float *cs = c->rope + t * D;
@@ -360,7 +376,7 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
         const size_t row0 = l + 1 == hp->n_layer ? n - 1 : 0, rows = n - row0;
         attn_job job = {c, hp, l, p0, row0, n, kind, scale};
         eng_pool_run(c->pool, attend_head, &job, hp->n_head);
-        if ((st = layer_matmul(c, L, ENG_W_O, &L->wo, c->attn + row0 * QD, rows, c->tmp, err)))
+        if ((st = matmul(c, &L->wo, c->attn + row0 * QD, rows, c->tmp, err)))
             goto undo;
         for (size_t r = 0; r < rows; r++) {
             float *x = c->x + (row0 + r) * E;
@@ -370,12 +386,12 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
         }
         for (size_t r = 0; r < rows; r++)
             eng_rms_norm(c->x + (row0 + r) * E, L->ffn_norm, E, hp->rms_eps, c->xn + r * E);
-        if ((st = layer_matmul(c, L, ENG_W_GATE, &L->w_gate, c->xn, rows, c->gate, err)) ||
-            (st = layer_matmul(c, L, ENG_W_UP, &L->w_up, c->xn, rows, c->up, err)))
+        if ((st = matmul(c, &L->w_gate, c->xn, rows, c->gate, err)) ||
+            (st = matmul(c, &L->w_up, c->xn, rows, c->up, err)))
             goto undo;
         for (size_t r = 0; r < rows; r++)
             eng_swiglu(c->gate + r * F, c->up + r * F, F, c->gate + r * F);
-        if ((st = layer_matmul(c, L, ENG_W_DOWN, &L->w_down, c->gate, rows, c->tmp, err)))
+        if ((st = matmul(c, &L->w_down, c->gate, rows, c->tmp, err)))
             goto undo;
         for (size_t r = 0; r < rows; r++) {
             float *x = c->x + (row0 + r) * E;
@@ -383,6 +399,8 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
             for (size_t i = 0; i < E; i++)
                 x[i] = o[i] + x[i];
         }
+        if ((st = layer_done(c, &held, err)) != ORTMEM_OK)
+            goto undo;
     }
     eng_rms_norm(c->x + (n - 1) * E, m->output_norm, E, hp->rms_eps, c->xn);
     if ((st = matmul(c, &m->output, c->xn, 1, c->logits, err)))
@@ -391,6 +409,7 @@ static ortmem_status forward(eng_context *c, const int32_t *tokens, size_t n, en
     c->have_logits = true;
     return ORTMEM_OK;
 undo:
+    layer_done(c, &held, NULL);
     ortmem_kv_seq_truncate(c->seq, p0);
     return st;
 }

@@ -166,6 +166,7 @@ typedef struct tensor_spec {
     bool optional;
     const eng_gguf_tensor *found;
     uint32_t catalog_id;
+    uint64_t entry_offset; /* where the tensor starts in its catalog entry */
 } tensor_spec;
 
 static void spec_add(tensor_spec *specs, size_t *n, const char *name, uint32_t layer,
@@ -310,46 +311,79 @@ static void model_free(eng_model *m)
     free(m->pinned);
     free(m->slots);
     free(m->layers);
+    free(m->entry_names);
     pthread_mutex_destroy(&m->lock);
     free(m);
+}
+
+/* A tensor's bytes in its entry's slot; NULL while the entry is streamed
+ * (the forward pass acquires it). */
+static void *tensor_at(const eng_model *m, const tensor_spec *spec)
+{
+    char *slot = m->slots[spec->catalog_id];
+    return slot ? slot + spec->entry_offset : NULL;
 }
 
 static eng_matrix matrix_at(const eng_model *m, size_t spec_index, const tensor_spec *specs)
 {
     const eng_gguf_tensor *t = specs[spec_index].found;
-    eng_matrix w = {t->type, m->slots[specs[spec_index].catalog_id], (size_t)t->ne[1],
-                    (size_t)t->ne[0]};
+    eng_matrix w = {t->type, tensor_at(m, &specs[spec_index]), (size_t)t->ne[1], (size_t)t->ne[0]};
     return w;
 }
 
-/* Slots of the streaming ring under a weights budget: one per product in
- * flight (one per context decoding at once), two spare. */
+/* Whether every layer's nine tensors lie together in the file: their span
+ * exceeds their bytes by the alignment's padding alone. Then each layer is
+ * one catalog entry ("blk.N"), one slot instead of nine (which on a backend
+ * of 2 MiB granules is most of the weights' device memory: SmolLM2-135M's
+ * 272 per-tensor slots take 600 MB for its 97 MB), and it is streamed or
+ * kept resident whole. specs[1 + 9l ... 9 + 9l] are layer l's (build_specs). */
+static bool layers_contiguous(const tensor_spec *specs, uint32_t n_layer, uint64_t alignment)
+{
+    for (uint32_t l = 0; l < n_layer; l++) {
+        uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
+        for (size_t k = 0; k < 9; k++) {
+            const eng_gguf_tensor *t = specs[1 + 9 * (size_t)l + k].found;
+            if (t->offset < lo)
+                lo = t->offset;
+            if (t->offset + t->bytes > hi)
+                hi = t->offset + t->bytes;
+            sum += t->bytes;
+        }
+        if (hi - lo - sum > 9 * alignment)
+            return false;
+    }
+    return true;
+}
+
+/* Slots of the streaming ring under a weights budget: one per layer in
+ * flight (one per context decoding at once), spares. */
 #define ENG_RING_SLOTS 4
 
-/* Which tensors are pinned resident (keep) and the residency cache's ring.
- * Without a budget: every tensor, and the cache's default ring. Under one:
- * the embedding, the output and the norms always (the embedding is read a
- * row at a time, the norms are a few KiB), then the layers' matrices in the
- * order the forward pass reads them while they fit beside a ring of
- * ENG_RING_SLOTS slots of the largest matrix; the rest are streamed through
- * the ring. ORTMEM_E_BUDGET naming the numbers when the budget cannot hold
- * what must stay resident and the ring. */
-static ortmem_status plan_residency(const tensor_spec *specs, size_t nspec,
-                                    const ortmem_weight_tensor *table, uint64_t granule,
+/* Which catalog entries are pinned resident (keep) and the residency
+ * cache's ring. Without a budget: every entry, and the cache's default ring.
+ * Under one (the layers must be one entry each): the embedding, the output
+ * and the output norm always (the embedding is read a row at a time), then
+ * the layers in the order the forward pass reads them while they fit beside
+ * a ring of ENG_RING_SLOTS slots of the largest; the rest are streamed
+ * through the ring. ORTMEM_E_BUDGET naming the numbers when the budget
+ * cannot hold what must stay resident and the ring. */
+static ortmem_status plan_residency(const ortmem_weight_tensor *table, uint32_t entries,
+                                    uint32_t n_layer, bool layered, uint64_t granule,
                                     uint64_t budget, bool *keep, ortmem_residency_options *ro,
                                     eng_error *err)
 {
+    if (budget && !layered)
+        return eng_fail(err, ORTMEM_E_UNSUPPORTED,
+                        "a weights budget streams whole layers, and this file's layers do not lie "
+                        "together (each layer's tensors side by side)");
     uint64_t ring_slot = 0, must = 0;
-    for (size_t i = 0; i < nspec; i++) {
-        if (!specs[i].found)
-            continue;
-        const uint32_t id = specs[i].catalog_id;
+    for (uint32_t id = 0; id < entries; id++) {
         const uint64_t slot = round_up(table[id].bytes, granule);
-        const bool matrix =
-            specs[i].role == ORTMEM_WEIGHT_ATTENTION || specs[i].role == ORTMEM_WEIGHT_MLP;
-        if (!budget || !matrix) {
+        const ortmem_weight_role role = table[id].role;
+        const bool streamable = role == ORTMEM_WEIGHT_OTHER && table[id].layer < n_layer;
+        if (!budget || !streamable) {
             keep[id] = true;
-            must += matrix ? 0 : slot;
+            must += streamable ? 0 : slot;
         } else if (slot > ring_slot) {
             ring_slot = slot;
         }
@@ -364,12 +398,12 @@ static ortmem_status plan_residency(const tensor_spec *specs, size_t nspec,
                         "slots of %" PRIu64 " bytes",
                         budget, must, ENG_RING_SLOTS, ring_slot);
     uint64_t room = budget - must - ring;
-    for (size_t i = 0; i < nspec; i++) {
-        if (!specs[i].found || keep[specs[i].catalog_id])
+    for (uint32_t id = 0; id < entries; id++) {
+        if (keep[id])
             continue;
-        const uint64_t slot = round_up(table[specs[i].catalog_id].bytes, granule);
+        const uint64_t slot = round_up(table[id].bytes, granule);
         if (slot <= room) {
-            keep[specs[i].catalog_id] = true;
+            keep[id] = true;
             room -= slot;
         }
     }
@@ -428,11 +462,29 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
 
     const uint64_t data_start = eng_gguf_data_offset(m->gguf);
 
-    /* The catalog: every tensor the forward pass reads, in its access order. */
+    /* The catalog, in the forward pass's access order: the embedding, each
+     * layer as one entry when the layers lie together in the file (else each
+     * of its tensors), the output norm and the output. */
+    const bool layered = layers_contiguous(specs, hp->n_layer, eng_gguf_alignment(m->gguf));
+    m->entry_names = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *m->entry_names);
+    if (!m->entry_names) {
+        st = eng_fail(err, ORTMEM_E_NOMEM, "model load: no memory");
+        goto fail;
+    }
     uint64_t slots_bytes = 0, largest_slot = 0;
     for (size_t i = 0; i < nspec; i++) {
         if (!specs[i].found)
             continue;
+        m->file_bytes += specs[i].found->bytes;
+        const bool in_layer = layered && i >= 1 && i < 1 + 9 * (size_t)hp->n_layer;
+        if (in_layer && (i - 1) % 9 != 0) {
+            /* A later tensor of the layer: inside the entry its first opened. */
+            const size_t first = i - (i - 1) % 9;
+            specs[i].catalog_id = specs[first].catalog_id;
+            specs[i].entry_offset =
+                specs[i].found->offset - (table[specs[i].catalog_id].offset - data_start);
+            continue;
+        }
         ortmem_weight_tensor *w = &table[m->tensor_count];
         w->name = specs[i].name;
         w->offset = data_start + specs[i].found->offset;
@@ -440,12 +492,27 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         w->layer = specs[i].layer;
         w->role = specs[i].role;
         w->order = m->tensor_count;
+        if (in_layer) {
+            /* The layer's entry: from its lowest offset to its highest end. */
+            uint64_t lo = UINT64_MAX, hi = 0;
+            for (size_t k = 0; k < 9; k++) {
+                const eng_gguf_tensor *t = specs[i + k].found;
+                lo = t->offset < lo ? t->offset : lo;
+                hi = t->offset + t->bytes > hi ? t->offset + t->bytes : hi;
+            }
+            snprintf(m->entry_names[specs[i].layer], sizeof m->entry_names[0], "blk.%u",
+                     specs[i].layer);
+            w->name = m->entry_names[specs[i].layer];
+            w->offset = data_start + lo;
+            w->bytes = hi - lo;
+            w->role = ORTMEM_WEIGHT_OTHER;
+            specs[i].entry_offset = specs[i].found->offset - lo;
+        }
         specs[i].catalog_id = m->tensor_count++;
         uint64_t slot = round_up(w->bytes, granule);
         slots_bytes += slot;
         if (slot > largest_slot)
             largest_slot = slot;
-        m->file_bytes += w->bytes;
     }
     m->pinned = calloc(m->tensor_count, sizeof *m->pinned);
     m->slots = calloc(m->tensor_count, sizeof *m->slots);
@@ -455,8 +522,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         goto fail;
     }
     ortmem_residency_options ro = ORTMEM_RESIDENCY_OPTIONS_INIT;
-    if ((st = plan_residency(specs, nspec, table, granule, opts.weights_budget, keep, &ro, err)) !=
-        ORTMEM_OK)
+    if ((st = plan_residency(table, m->tensor_count, hp->n_layer, layered, granule,
+                             opts.weights_budget, keep, &ro, err)) != ORTMEM_OK)
         goto fail;
 
     if (opts.backend) {
@@ -513,30 +580,34 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
             opts.progress(opts.progress_user, i + 1, m->tensor_count, done_bytes, m->file_bytes);
     }
 
-    /* The forward pass's view of the weights: the slots. */
+    /* The forward pass's view of the weights: the slots (NULL for what is
+     * streamed: the forward pass acquires it). */
     size_t s = 0;
     m->token_embd = matrix_at(m, s++, specs);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         eng_layer *L = &m->layers[l];
-        L->attn_norm = m->slots[specs[s++].catalog_id];
+        const size_t base = s;
+        L->attn_norm = tensor_at(m, &specs[s++]);
         L->wq = matrix_at(m, s++, specs);
         L->wk = matrix_at(m, s++, specs);
         L->wv = matrix_at(m, s++, specs);
         L->wo = matrix_at(m, s++, specs);
-        L->ffn_norm = m->slots[specs[s++].catalog_id];
+        L->ffn_norm = tensor_at(m, &specs[s++]);
         L->w_gate = matrix_at(m, s++, specs);
         L->w_up = matrix_at(m, s++, specs);
         L->w_down = matrix_at(m, s++, specs);
         /* The layer's specs (build_specs): attn_norm, q, k, v, o, ffn_norm, gate, up, down. */
         static const size_t at[ENG_LAYER_MATRICES] = {1, 2, 3, 4, 6, 7, 8};
-        for (uint32_t w = 0; w < ENG_LAYER_MATRICES; w++) {
-            const uint32_t id = specs[s - 9 + at[w]].catalog_id;
-            L->catalog_id[w] = id;
-            L->streamed[w] = !keep[id];
-            m->streamed_count += !keep[id];
-        }
+        for (uint32_t w = 0; w < ENG_LAYER_MATRICES; w++)
+            L->offset[w] = specs[base + at[w]].entry_offset;
+        L->attn_norm_offset = specs[base].entry_offset;
+        L->ffn_norm_offset = specs[base + 5].entry_offset;
+        L->whole = layered;
+        L->entry = specs[base].catalog_id;
+        L->streamed = !keep[L->entry];
+        m->streamed_count += L->streamed;
     }
-    m->output_norm = m->slots[specs[s++].catalog_id];
+    m->output_norm = tensor_at(m, &specs[s++]);
     m->output = m->hp.tied_output ? m->token_embd : matrix_at(m, s, specs);
 
     free(specs);

@@ -45,13 +45,14 @@ typedef struct eng_model_options {
      * backend's. NULL: the model creates a CPU backend of granule. The caller
      * keeps it alive until eng_model_destroy has returned. */
     ortmem_backend *backend;
-    /* Bytes the residency cache may map for the weights; 0 = every tensor
-     * pinned resident. Under a budget the embedding, the output and the norms
-     * stay resident, then the layers' matrices in reading order while they
-     * fit beside a ring of 4 slots of the largest matrix; the others are
-     * streamed through the ring around each product (the same tokens, the
-     * bytes copied again every token). ORTMEM_E_BUDGET naming the numbers
-     * when the budget holds less than what stays resident and the ring. */
+    /* Bytes the residency cache may map for the weights; 0 = every weight
+     * pinned resident. Under a budget the embedding, the output and the
+     * output norm stay resident, then the layers in reading order while they
+     * fit beside a ring of 4 layer slots; the others are streamed through the
+     * ring, a layer for its forward pass (the same tokens, the bytes copied
+     * again every token). ORTMEM_E_BUDGET naming the numbers when the budget
+     * holds less than what stays resident and the ring; ORTMEM_E_UNSUPPORTED
+     * when the file's layers do not lie together (layers stream whole). */
     uint64_t weights_budget;
     eng_load_progress_fn progress;
     void *progress_user;

@@ -16,10 +16,14 @@ enum { ENG_W_Q, ENG_W_K, ENG_W_V, ENG_W_O, ENG_W_GATE, ENG_W_UP, ENG_W_DOWN, ENG
 typedef struct eng_layer {
     const float *attn_norm, *ffn_norm;
     eng_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
-    /* Under a weights budget: the matrices not pinned resident (data NULL)
-     * are acquired from the residency cache around each product. */
-    uint32_t catalog_id[ENG_LAYER_MATRICES];
-    bool streamed[ENG_LAYER_MATRICES];
+    /* Where the layer lives in the catalog when its tensors lie together in
+     * the file (whole): its entry and each tensor's offset there. Under a
+     * weights budget a layer not pinned resident (streamed; its pointers
+     * NULL) is acquired from the residency cache for its forward pass. */
+    bool whole, streamed;
+    uint32_t entry;
+    uint64_t offset[ENG_LAYER_MATRICES];
+    uint64_t attn_norm_offset, ffn_norm_offset;
 } eng_layer;
 
 struct eng_model {
@@ -38,7 +42,8 @@ struct eng_model {
     void **slots;            /* per catalogued tensor: its slot */
     uint64_t file_bytes;     /* the tensors' bytes */
     uint64_t weights_budget; /* the residency cache's budget (the authority's base limit) */
-    uint32_t streamed_count; /* matrices streamed under eng_model_options.weights_budget */
+    uint32_t streamed_count; /* layers streamed under eng_model_options.weights_budget */
+    char (*entry_names)[24]; /* the layers' catalog entries ("blk.N") */
     /* Contexts of one model are created, used and destroyed on any threads:
      * lock guards contexts and the authority's limit, which each context
      * raises and lowers by reading it and writing it back. */

@@ -62,9 +62,9 @@ static void usage(FILE *out)
           "                       the text shown is the first one's\n"
           "  --no-graphs          (cuda) launch the step's kernels every time\n"
           "  --device-budget BYTES  bytes the weights may hold where they are computed\n"
-          "                       (e.g. 48M): the embedding, the norms and the first\n"
-          "                       matrices stay resident, the others are copied through\n"
-          "                       the residency cache's ring at every token (CPU only)\n",
+          "                       (e.g. 48M): the embedding and the first layers stay\n"
+          "                       resident, the others are copied through the residency\n"
+          "                       cache's ring at every token (CPU only)\n",
           out);
 }
 

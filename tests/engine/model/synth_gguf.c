@@ -75,19 +75,21 @@ uint64_t synth_gguf_write(const char *path, const synth_options *o)
     size_t n = 0;
     char name[64];
     n = add(t, n, "token_embd.weight", SYN_EMBD, SYN_VOCAB);
-    for (int l = 0; l < SYN_LAYERS; l++) {
-        static const struct {
-            const char *what;
-            uint64_t ne0, ne1;
-        } parts[] = {{"attn_norm", SYN_EMBD, 1},          {"attn_q", SYN_EMBD, SYN_EMBD},
-                     {"attn_k", SYN_EMBD, SYN_KV_DIM},    {"attn_v", SYN_EMBD, SYN_KV_DIM},
-                     {"attn_output", SYN_EMBD, SYN_EMBD}, {"ffn_norm", SYN_EMBD, 1},
-                     {"ffn_gate", SYN_EMBD, SYN_FF},      {"ffn_up", SYN_EMBD, SYN_FF},
-                     {"ffn_down", SYN_FF, SYN_EMBD}};
-        for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[p].what);
-            n = add(t, n, name, parts[p].ne0, parts[p].ne1);
-        }
+    static const struct {
+        const char *what;
+        uint64_t ne0, ne1;
+    } parts[] = {{"attn_norm", SYN_EMBD, 1},          {"attn_q", SYN_EMBD, SYN_EMBD},
+                 {"attn_k", SYN_EMBD, SYN_KV_DIM},    {"attn_v", SYN_EMBD, SYN_KV_DIM},
+                 {"attn_output", SYN_EMBD, SYN_EMBD}, {"ffn_norm", SYN_EMBD, 1},
+                 {"ffn_gate", SYN_EMBD, SYN_FF},      {"ffn_up", SYN_EMBD, SYN_FF},
+                 {"ffn_down", SYN_FF, SYN_EMBD}};
+    const size_t n_parts = sizeof parts / sizeof parts[0];
+    for (size_t i = 0; i < SYN_LAYERS * n_parts; i++) {
+        /* Block by block, or (by_kind) part by part across the blocks. */
+        const size_t l = o->by_kind ? i % SYN_LAYERS : i / n_parts;
+        const size_t p = o->by_kind ? i / SYN_LAYERS : i % n_parts;
+        snprintf(name, sizeof name, "blk.%zu.%s.weight", l, parts[p].what);
+        n = add(t, n, name, parts[p].ne0, parts[p].ne1);
     }
     n = add(t, n, "output_norm.weight", SYN_EMBD, 1);
     size_t kept = 0;

@@ -17,6 +17,8 @@ typedef struct synth_options {
     uint64_t truncate_to;    /* the file is cut to this many bytes; 0 = whole */
     const char *extra_key;   /* one more U32 metadata entry, when not NULL */
     uint32_t extra_value;
+    int by_kind; /* the blocks' tensors interleaved (every block's attn_norm, then every
+                    attn_q, ...) instead of each block's side by side */
 } synth_options;
 
 /* Writes the model to path (asserts it worked); returns its size before any

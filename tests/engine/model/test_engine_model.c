@@ -354,6 +354,73 @@ Test(engine_model, the_synthetic_model_loads)
     cr_assert_eq(load_synth(&o, &err), ORTMEM_OK, "%s", err.message);
 }
 
+/* Logits of 6 greedy steps on the synthetic model loaded with budget (0:
+ * every weight resident), into out (steps x vocab); the load's status. */
+static ortmem_status synth_logits(const synth_options *so, uint64_t budget, float *out,
+                                  size_t vocab, uint64_t *streamed, eng_error *err)
+{
+    char path[] = "/tmp/engine-model-synth-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    synth_gguf_write(path, so);
+    eng_model_options mo = {0};
+    mo.weights_budget = budget;
+    eng_model *m = NULL;
+    ortmem_status st = eng_model_load(path, &mo, &m, err);
+    unlink(path);
+    if (st != ORTMEM_OK)
+        return st;
+    eng_context *c = context(m, 32);
+    int32_t token = 1;
+    for (int step = 0; step < 6; step++) {
+        cr_assert_eq(eng_context_decode(c, &token, 1, err), ORTMEM_OK, "%s", err->message);
+        memcpy(out + (size_t)step * vocab, eng_context_logits(c), vocab * sizeof(float));
+        token = argmax(eng_context_logits(c), vocab);
+    }
+    ortmem_residency_stats rs = {.struct_size = sizeof rs};
+    cr_assert_eq(ortmem_residency_stats_get(eng_model_residency(m), &rs), ORTMEM_OK);
+    *streamed = rs.streamed;
+    cr_assert_eq(eng_context_destroy(c, err), ORTMEM_OK, "%s", err->message);
+    cr_assert_eq(eng_model_destroy(m, err), ORTMEM_OK, "%s", err->message);
+    return ORTMEM_OK;
+}
+
+/* A budget that keeps only what must stay resident streams every layer
+ * through the ring at every step, and the logits are the resident model's
+ * bit for bit; a file whose layers are interleaved is refused a budget
+ * (layers stream whole) but loads and decodes without one. */
+Test(engine_model, every_layer_streamed_gives_the_same_logits)
+{
+    enum { VOCAB = 64, STEPS = 6 };
+    static float resident[STEPS * VOCAB], streamed[STEPS * VOCAB];
+    eng_error err = {0};
+    synth_options so = {0};
+    uint64_t n_streamed = 0;
+    cr_assert_eq(synth_logits(&so, 0, resident, VOCAB, &n_streamed, &err), ORTMEM_OK, "%s",
+                 err.message);
+    cr_assert_eq(n_streamed, 0);
+    /* The smallest budget, read from the refusal of a budget of one byte. */
+    cr_assert_eq(synth_logits(&so, 1, streamed, VOCAB, &n_streamed, &err), ORTMEM_E_BUDGET);
+    unsigned long long must = 0, slot = 0;
+    const char *at = strstr(err.message, "is below the ");
+    cr_assert(at && sscanf(at, "is below the %llu", &must) == 1, "%s", err.message);
+    at = strstr(err.message, "slots of ");
+    cr_assert(at && sscanf(at, "slots of %llu", &slot) == 1, "%s", err.message);
+    cr_assert_eq(synth_logits(&so, must + 4 * slot, streamed, VOCAB, &n_streamed, &err), ORTMEM_OK,
+                 "%s", err.message);
+    cr_assert_eq(n_streamed, (uint64_t)STEPS * 2, "every layer (2) at every step (%d): %llu", STEPS,
+                 (unsigned long long)n_streamed);
+    cr_assert(!memcmp(resident, streamed, sizeof resident),
+              "the streamed model's logits differ from the resident model's");
+    so.by_kind = 1;
+    cr_assert_eq(synth_logits(&so, must + 4 * slot, streamed, VOCAB, &n_streamed, &err),
+                 ORTMEM_E_UNSUPPORTED);
+    cr_assert(strstr(err.message, "do not lie together"), "%s", err.message);
+    cr_assert_eq(synth_logits(&so, 0, streamed, VOCAB, &n_streamed, &err), ORTMEM_OK, "%s",
+                 err.message);
+}
+
 /* Contexts of one model on several threads at once (the soak's decode
  * workload): each raises the authority's limit by its KV cache's bound at
  * create and lowers it at destroy, reading the limit and writing it back. A
