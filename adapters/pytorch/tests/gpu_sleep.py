@@ -103,8 +103,11 @@ def capture_graph(torch, model, checks):
     """A graph recorded before sleep that reads a weight: logits = x @ W^T.
     Inputs and output exist before capture, so the capture allocates nothing
     of ours but cuBLAS's workspace (relaxed mode lets that commit run during
-    capture). Returns (graph, output, expected output), or Nones when PyTorch
-    refused to capture under the pluggable allocator (a failed check)."""
+    capture). Returns (graph, input, output, expected output), or Nones when
+    PyTorch refused to capture under the pluggable allocator (a failed check).
+    The caller keeps the input alive while the graph may replay: under a
+    pluggable allocator the graph holds no reference to the memory it reads,
+    so a freed input's bytes go to the next allocation."""
     try:
         weight = model.get_input_embeddings().weight
         static_x = torch.randn(4, weight.shape[1], device="cuda", dtype=torch.float16)
@@ -121,10 +124,10 @@ def capture_graph(torch, model, checks):
         graph.replay()
         torch.cuda.synchronize()
         checks.check("graph_captured_before_sleep", True)
-        return graph, static_y, static_y.clone()
+        return graph, static_x, static_y, static_y.clone()
     except Exception as error:  # reported, and the rest still runs
         checks.check("graph_captured_before_sleep", False, error=repr(error)[:600])
-        return None, None, None
+        return None, None, None, None
 
 
 def install_mode(args):
@@ -142,7 +145,7 @@ def install_mode(args):
     ptrs = [p.data_ptr() for p in model.parameters()]
     sums = checksums(torch, model)
 
-    graph, static_y, reference = capture_graph(torch, model, checks)
+    graph, static_x, static_y, reference = capture_graph(torch, model, checks)
 
     torch.cuda.synchronize()
     ortmem_torch.flush()
