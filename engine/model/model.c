@@ -331,24 +331,32 @@ static eng_matrix matrix_at(const eng_model *m, size_t spec_index, const tensor_
     return w;
 }
 
+/* Layer l's nine tensors (specs[1 + 9l ... 9 + 9l], build_specs) in the
+ * file: the lowest offset, the highest end and their bytes. */
+static void layer_span(const tensor_spec *specs, uint32_t l, uint64_t *lo, uint64_t *hi,
+                       uint64_t *sum)
+{
+    *lo = UINT64_MAX;
+    *hi = *sum = 0;
+    for (size_t k = 0; k < 9; k++) {
+        const eng_gguf_tensor *t = specs[1 + 9 * (size_t)l + k].found;
+        *lo = t->offset < *lo ? t->offset : *lo;
+        *hi = t->offset + t->bytes > *hi ? t->offset + t->bytes : *hi;
+        *sum += t->bytes;
+    }
+}
+
 /* Whether every layer's nine tensors lie together in the file: their span
  * exceeds their bytes by the alignment's padding alone. Then each layer is
  * one catalog entry ("blk.N"), one slot instead of nine (which on a backend
  * of 2 MiB granules is most of the weights' device memory: SmolLM2-135M's
  * 272 per-tensor slots take 600 MB for its 97 MB), and it is streamed or
- * kept resident whole. specs[1 + 9l ... 9 + 9l] are layer l's (build_specs). */
+ * kept resident whole. */
 static bool layers_contiguous(const tensor_spec *specs, uint32_t n_layer, uint64_t alignment)
 {
     for (uint32_t l = 0; l < n_layer; l++) {
-        uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
-        for (size_t k = 0; k < 9; k++) {
-            const eng_gguf_tensor *t = specs[1 + 9 * (size_t)l + k].found;
-            if (t->offset < lo)
-                lo = t->offset;
-            if (t->offset + t->bytes > hi)
-                hi = t->offset + t->bytes;
-            sum += t->bytes;
-        }
+        uint64_t lo, hi, sum;
+        layer_span(specs, l, &lo, &hi, &sum);
         if (hi - lo - sum > 9 * alignment)
             return false;
     }
@@ -494,12 +502,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         w->order = m->tensor_count;
         if (in_layer) {
             /* The layer's entry: from its lowest offset to its highest end. */
-            uint64_t lo = UINT64_MAX, hi = 0;
-            for (size_t k = 0; k < 9; k++) {
-                const eng_gguf_tensor *t = specs[i + k].found;
-                lo = t->offset < lo ? t->offset : lo;
-                hi = t->offset + t->bytes > hi ? t->offset + t->bytes : hi;
-            }
+            uint64_t lo, hi, sum;
+            layer_span(specs, specs[i].layer, &lo, &hi, &sum);
             snprintf(m->entry_names[specs[i].layer], sizeof m->entry_names[0], "blk.%u",
                      specs[i].layer);
             w->name = m->entry_names[specs[i].layer];
@@ -602,7 +606,6 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
             L->offset[w] = specs[base + at[w]].entry_offset;
         L->attn_norm_offset = specs[base].entry_offset;
         L->ffn_norm_offset = specs[base + 5].entry_offset;
-        L->whole = layered;
         L->entry = specs[base].catalog_id;
         L->streamed = !keep[L->entry];
         m->streamed_count += L->streamed;

@@ -17,10 +17,10 @@ typedef struct eng_layer {
     const float *attn_norm, *ffn_norm;
     eng_matrix wq, wk, wv, wo, w_gate, w_up, w_down;
     /* Where the layer lives in the catalog when its tensors lie together in
-     * the file (whole): its entry and each tensor's offset there. Under a
-     * weights budget a layer not pinned resident (streamed; its pointers
-     * NULL) is acquired from the residency cache for its forward pass. */
-    bool whole, streamed;
+     * the file: its entry and each tensor's offset there. Under a weights
+     * budget a layer not pinned resident (streamed; its pointers NULL) is
+     * acquired from the residency cache for its forward pass. */
+    bool streamed;
     uint32_t entry;
     uint64_t offset[ENG_LAYER_MATRICES];
     uint64_t attn_norm_offset, ffn_norm_offset;
