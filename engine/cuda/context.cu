@@ -23,7 +23,7 @@ constexpr uint32_t kMatsPerLayer = 7; // q k v | o | gate up | down
 constexpr uint32_t kDefaultCtx = 4096;
 
 struct device_buffers {
-    float *x, *norm, *q, *k, *v, *attn, *gate, *up, *logits, *scores, *rope;
+    float *x, *q, *k, *v, *attn, *gate, *up, *logits, *scores, *rope;
     uint16_t *weights;
     eng_gpu_act_block *act;
     int32_t *rows; // tokens, seq, pos: ENG_GPU_MAX_ROWS each
@@ -111,36 +111,36 @@ size_t round_up(size_t v, size_t to)
     return (v + to - 1) / to * to;
 }
 
+// Every device buffer of a context with its element count, each passed to
+// take(pointer, count): sizing the arena and allocating from it read the
+// same list.
+template <typename Take>
+bool for_each_buffer(const eng_hparams &hp, uint32_t n_ctx, uint32_t batch, device_buffers &d,
+                     Take take)
+{
+    const size_t R = ENG_GPU_MAX_ROWS, E = hp.n_embd, D = hp.head_dim, QD = (size_t)hp.n_head * D,
+                 KD = (size_t)hp.n_head_kv * D, F = hp.n_ff, H = hp.n_head;
+    const size_t widest = E > F ? (E > QD ? E : QD) : (F > QD ? F : QD);
+    const size_t tables = (size_t)hp.n_layer * batch, mats = (size_t)hp.n_layer * kMatsPerLayer + 1;
+    return take(d.x, R * E) && take(d.q, R * QD) && take(d.k, R * KD) && take(d.v, R * KD) &&
+           take(d.attn, R * QD) && take(d.gate, R * F) && take(d.up, R * F) &&
+           take(d.logits, R * hp.n_vocab) && take(d.scores, R * H * n_ctx) &&
+           take(d.rope, (size_t)n_ctx * D) && take(d.weights, R * H * n_ctx) &&
+           take(d.act, R * (widest / ENG_GPU_QK)) && take(d.rows, 3 * R) && take(d.next, R) &&
+           take(d.part_v, R * ENG_GPU_ARGMAX_PARTS) && take(d.part_i, R * ENG_GPU_ARGMAX_PARTS) &&
+           take(d.k_base, tables) && take(d.v_base, tables) && take(d.mats, mats) &&
+           take(d.ys, mats);
+}
+
 // Bytes of every device buffer, each rounded as the arena rounds (256).
 size_t buffer_bytes(const eng_hparams &hp, uint32_t n_ctx, uint32_t batch)
 {
-    const size_t R = ENG_GPU_MAX_ROWS, E = hp.n_embd, D = hp.head_dim, QD = (size_t)hp.n_head * D,
-                 KD = (size_t)hp.n_head_kv * D, F = hp.n_ff;
-    const size_t widest = E > F ? (E > QD ? E : QD) : (F > QD ? F : QD);
-    size_t sizes[] = {R * E * 4,
-                      R * widest * 4,
-                      R * QD * 4,
-                      R * KD * 4,
-                      R * KD * 4,
-                      R * QD * 4,
-                      R * F * 4,
-                      R * F * 4,
-                      R * (size_t)hp.n_vocab * 4,
-                      R * hp.n_head * (size_t)n_ctx * 4,
-                      (size_t)n_ctx * D * 4,
-                      R * hp.n_head * (size_t)n_ctx * 2,
-                      R * (widest / ENG_GPU_QK) * sizeof(eng_gpu_act_block),
-                      3 * R * 4,
-                      R * 4,
-                      R * ENG_GPU_ARGMAX_PARTS * 4,
-                      R * ENG_GPU_ARGMAX_PARTS * 4,
-                      (size_t)hp.n_layer * batch * sizeof(void *),
-                      (size_t)hp.n_layer * batch * sizeof(void *),
-                      ((size_t)hp.n_layer * kMatsPerLayer + 1) * sizeof(eng_gpu_matrix),
-                      ((size_t)hp.n_layer * kMatsPerLayer + 1) * sizeof(float *)};
+    device_buffers unused = {};
     size_t total = 0;
-    for (size_t s : sizes)
-        total += round_up(s, 256);
+    for_each_buffer(hp, n_ctx, batch, unused, [&](auto *&p, size_t count) {
+        total += round_up(count * sizeof(*p), 256);
+        return true;
+    });
     return total;
 }
 
@@ -388,28 +388,13 @@ void context_free(eng_gpu_context *c)
 ortmem_status create_buffers(eng_gpu_context *c, eng_error *err)
 {
     const eng_hparams &hp = c->hp;
-    const size_t R = ENG_GPU_MAX_ROWS, E = hp.n_embd, D = hp.head_dim, QD = (size_t)hp.n_head * D,
-                 KD = (size_t)hp.n_head_kv * D, F = hp.n_ff;
-    const size_t widest = E > F ? (E > QD ? E : QD) : (F > QD ? F : QD);
+    const size_t D = hp.head_dim;
     device_buffers &d = c->d;
-    const size_t tables = (size_t)hp.n_layer * c->batch,
-                 mats = (size_t)hp.n_layer * kMatsPerLayer + 1;
-    ortmem_status st;
-    if ((st = arena_take(c, R * E, &d.x, err)) || (st = arena_take(c, R * widest, &d.norm, err)) ||
-        (st = arena_take(c, R * QD, &d.q, err)) || (st = arena_take(c, R * KD, &d.k, err)) ||
-        (st = arena_take(c, R * KD, &d.v, err)) || (st = arena_take(c, R * QD, &d.attn, err)) ||
-        (st = arena_take(c, R * F, &d.gate, err)) || (st = arena_take(c, R * F, &d.up, err)) ||
-        (st = arena_take(c, R * hp.n_vocab, &d.logits, err)) ||
-        (st = arena_take(c, R * hp.n_head * (size_t)c->n_ctx, &d.scores, err)) ||
-        (st = arena_take(c, (size_t)c->n_ctx * D, &d.rope, err)) ||
-        (st = arena_take(c, R * hp.n_head * (size_t)c->n_ctx, &d.weights, err)) ||
-        (st = arena_take(c, R * (widest / ENG_GPU_QK), &d.act, err)) ||
-        (st = arena_take(c, 3 * R, &d.rows, err)) || (st = arena_take(c, R, &d.next, err)) ||
-        (st = arena_take(c, R * ENG_GPU_ARGMAX_PARTS, &d.part_v, err)) ||
-        (st = arena_take(c, R * ENG_GPU_ARGMAX_PARTS, &d.part_i, err)) ||
-        (st = arena_take(c, tables, &d.k_base, err)) ||
-        (st = arena_take(c, tables, &d.v_base, err)) || (st = arena_take(c, mats, &d.mats, err)) ||
-        (st = arena_take(c, mats, &d.ys, err)))
+    const size_t mats = (size_t)hp.n_layer * kMatsPerLayer + 1;
+    ortmem_status st = ORTMEM_OK;
+    if (!for_each_buffer(hp, c->n_ctx, c->batch, d, [&](auto *&p, size_t count) {
+            return (st = arena_take(c, count, &p, err)) == ORTMEM_OK;
+        }))
         return st;
 
     // The weight matrices and outputs of each fused product launch.
