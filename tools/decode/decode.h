@@ -67,6 +67,11 @@ uint64_t peak_rss_bytes(void);
  * model adds one); 0, or the exit status after one line on stderr. */
 int tokenize_prompt(const options *o, const eng_tokenizer *tok, run_result *r);
 
+/* A generated token: its id kept in r and its bytes appended to the text
+ * (streamed to stdout unless --json); 0, or the exit status after one line
+ * on stderr. */
+int emit_token(const options *o, const eng_tokenizer *tok, run_result *r, int32_t id);
+
 /* --device cuda: loads the model on the device, decodes and fills r; 0, or
  * the exit status after one line on stderr. */
 int gpu_run(const options *o, const char *path, run_result *r);

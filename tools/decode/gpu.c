@@ -73,17 +73,9 @@ static int generate(const options *o, eng_gpu_context *ctx, const eng_tokenizer 
             r->stop = "end of generation";
             break;
         }
-        r->ids[r->n_ids++] = id;
         history[history_len++] = id;
-        char piece[256];
-        size_t plen = 0;
-        if (eng_token_bytes(tok, id, piece, sizeof piece, &plen, &err) != ORTMEM_OK ||
-            !text_append(&r->text, piece, plen)) {
-            rc = cli_fail(PROGRAM, EXIT_FAILED, "token %d: %s", id, err.message);
+        if ((rc = emit_token(o, tok, r, id)) != 0)
             goto done;
-        }
-        if (!o->json)
-            text_stream(&r->text, false);
         if (i + 1 == limit)
             break;
         if (eng_gpu_length(ctx, 0) >= n_ctx) {

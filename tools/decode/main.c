@@ -362,6 +362,21 @@ int tokenize_prompt(const options *o, const eng_tokenizer *tok, run_result *r)
     return 0;
 }
 
+int emit_token(const options *o, const eng_tokenizer *tok, run_result *r, int32_t id)
+{
+    eng_error err = {0};
+    r->ids[r->n_ids++] = id;
+    char piece[256];
+    size_t plen = 0;
+    if (eng_token_bytes(tok, id, piece, sizeof piece, &plen, &err) != ORTMEM_OK ||
+        !text_append(&r->text, piece, plen))
+        return cli_fail(PROGRAM, EXIT_FAILED, "token %d: %s", id,
+                        err.message[0] ? err.message : "no memory for the text");
+    if (!o->json)
+        text_stream(&r->text, false);
+    return 0;
+}
+
 static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok,
                     eng_sampler *sampler, run_result *r)
 {
@@ -397,17 +412,12 @@ static int generate(const options *o, eng_context *ctx, const eng_tokenizer *tok
             r->stop = "end of generation";
             break;
         }
-        r->ids[r->n_ids++] = id;
         history[history_len++] = id;
-        char piece[256];
-        size_t plen = 0;
-        if (eng_token_bytes(tok, id, piece, sizeof piece, &plen, &err) != ORTMEM_OK ||
-            !text_append(&r->text, piece, plen)) {
+        int rc = emit_token(o, tok, r, id);
+        if (rc != 0) {
             free(history);
-            return cli_fail(PROGRAM, EXIT_FAILED, "token %d: %s", id, err.message);
+            return rc;
         }
-        if (!o->json)
-            text_stream(&r->text, false);
         if (i + 1 == limit)
             break;
         if (eng_context_length(ctx) >= eng_context_n_ctx(ctx)) {
