@@ -12,7 +12,7 @@
 # --receive copies whichever parts of NAME were carried into build-carry/NAME/;
 # --assemble joins them when all are there, checks the sha256 and prints the
 # file's path (exit 1 naming what is missing otherwise). scripts/model-carry.sh
-# does the same for the default model.
+# carries the default model with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part_bytes=$((60 << 20))
