@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A file too large for one call of the GPU machine (64 MiB carried per call),
-# in parts of 60 MiB under .carry/NAME/ (ignored by git) with its sha256. The
+# A file too large for one call of the GPU machine (64 MiB carried per call,
+# the working tree's few MiB included), in parts of 52 MiB under .carry/NAME/ (ignored by git) with its sha256. The
 # machine keeps ignored files between calls while it stays warm (30 s), so
 # carry one part per call, in quick succession:
 #
@@ -15,7 +15,7 @@
 # carries the default model with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part_bytes=$((60 << 20))
+part_bytes=$((52 << 20))
 usage() { echo "usage: scripts/file-carry.sh FILE | --receive NAME | --assemble NAME" >&2; exit 2; }
 case "${1:-}" in
 --receive)
