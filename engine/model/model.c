@@ -291,6 +291,31 @@ static ortmem_status ortmem_fail(eng_error *err, ortmem_status st, const char *w
     return eng_from_ortmem(err, st, what);
 }
 
+/* The file catalog's bytes copied into a host catalog in the caller's
+ * pinned staging, which replaces it (the file's mapping is closed). */
+static ortmem_status copy_to_staging(eng_model *m, ortmem_staging *staging,
+                                     const ortmem_weight_tensor *table, eng_error *err)
+{
+    ortmem_weight_catalog *host = NULL;
+    ortmem_status st = ortmem_weight_catalog_create_host(staging, table, m->tensor_count, &host);
+    if (st != ORTMEM_OK)
+        return ortmem_fail(err, st, "the pinned weight catalog");
+    for (uint32_t i = 0; i < m->tensor_count && st == ORTMEM_OK; i++) {
+        void *from = NULL, *to = NULL;
+        if ((st = ortmem_weight_catalog_host(m->catalog, i, &from)) == ORTMEM_OK &&
+            (st = ortmem_weight_catalog_host(host, i, &to)) == ORTMEM_OK)
+            memcpy(to, from, table[i].bytes);
+    }
+    if (st != ORTMEM_OK) {
+        ortmem_weight_catalog_destroy(host);
+        return ortmem_fail(err, st, "copying the weights into pinned memory");
+    }
+    ortmem_weight_catalog_destroy(m->catalog);
+    m->catalog = host;
+    m->staging = staging;
+    return ORTMEM_OK;
+}
+
 static void model_free(eng_model *m)
 {
     if (!m)
@@ -363,8 +388,8 @@ static bool layers_contiguous(const tensor_spec *specs, uint32_t n_layer, uint64
     return true;
 }
 
-/* Slots of the streaming ring under a weights budget: one per layer in
- * flight (one per context decoding at once), spares. */
+/* Slots of the streaming ring under a weights budget by default: one per
+ * layer in flight (one per context decoding at once), spares. */
 #define ENG_RING_SLOTS 4
 
 /* Which catalog entries are pinned resident (keep) and the residency
@@ -372,13 +397,13 @@ static bool layers_contiguous(const tensor_spec *specs, uint32_t n_layer, uint64
  * Under one (the layers must be one entry each): the embedding, the output
  * and the output norm always (the embedding is read a row at a time), then
  * the layers in the order the forward pass reads them while they fit beside
- * a ring of ENG_RING_SLOTS slots of the largest; the rest are streamed
+ * a ring of ring_slots slots of the largest; the rest are streamed
  * through the ring. ORTMEM_E_BUDGET naming the numbers when the budget
  * cannot hold what must stay resident and the ring. */
 static ortmem_status plan_residency(const ortmem_weight_tensor *table, uint32_t entries,
                                     uint32_t n_layer, bool layered, uint64_t granule,
-                                    uint64_t budget, bool *keep, ortmem_residency_options *ro,
-                                    eng_error *err)
+                                    uint64_t budget, uint32_t ring_slots, bool *keep,
+                                    ortmem_residency_options *ro, eng_error *err)
 {
     if (budget && !layered)
         return eng_fail(err, ORTMEM_E_UNSUPPORTED,
@@ -398,13 +423,13 @@ static ortmem_status plan_residency(const ortmem_weight_tensor *table, uint32_t 
     }
     if (!budget)
         return ORTMEM_OK;
-    const uint64_t ring = (uint64_t)ENG_RING_SLOTS * ring_slot;
+    const uint64_t ring = (uint64_t)ring_slots * ring_slot;
     if (budget < must + ring)
         return eng_fail(err, ORTMEM_E_BUDGET,
                         "a weights budget of %" PRIu64 " bytes is below the %" PRIu64
-                        " the engine keeps resident (embedding, output, norms) plus a ring of %d "
+                        " the engine keeps resident (embedding, output, norms) plus a ring of %u "
                         "slots of %" PRIu64 " bytes",
-                        budget, must, ENG_RING_SLOTS, ring_slot);
+                        budget, must, ring_slots, ring_slot);
     uint64_t room = budget - must - ring;
     for (uint32_t id = 0; id < entries; id++) {
         if (keep[id])
@@ -415,7 +440,7 @@ static ortmem_status plan_residency(const ortmem_weight_tensor *table, uint32_t 
             room -= slot;
         }
     }
-    ro->ring_slots = ENG_RING_SLOTS;
+    ro->ring_slots = ring_slots;
     ro->ring_slot_bytes = ring_slot;
     return ORTMEM_OK;
 }
@@ -526,9 +551,13 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         goto fail;
     }
     ortmem_residency_options ro = ORTMEM_RESIDENCY_OPTIONS_INIT;
-    if ((st = plan_residency(table, m->tensor_count, hp->n_layer, layered, granule,
-                             opts.weights_budget, keep, &ro, err)) != ORTMEM_OK)
+    if ((st = plan_residency(
+             table, m->tensor_count, hp->n_layer, layered, granule, opts.weights_budget,
+             opts.ring_slots ? opts.ring_slots : ENG_RING_SLOTS, keep, &ro, err)) != ORTMEM_OK)
         goto fail;
+    ro.copy_stream = opts.copy_stream;
+    ro.compute_stream = opts.compute_stream;
+    m->compute_stream = opts.compute_stream;
 
     if (opts.backend) {
         m->backend = opts.backend;
@@ -557,6 +586,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
         ortmem_fail(err, st, "the weight catalog");
         goto fail;
     }
+    if (opts.staging && (st = copy_to_staging(m, opts.staging, table, err)) != ORTMEM_OK)
+        goto fail;
     ro.budget_bytes = m->weights_budget;
     if ((st = ortmem_residency_cache_create(m->authority, m->catalog, &ro, &m->residency)) !=
         ORTMEM_OK) {
@@ -574,7 +605,8 @@ ortmem_status eng_model_load(const char *path, const eng_model_options *options,
             goto fail;
         }
         m->pinned[i] = true;
-        drop_file_pages(m->catalog, i, table[i].bytes, (uint64_t)(page > 0 ? page : 4096));
+        if (!m->staging)
+            drop_file_pages(m->catalog, i, table[i].bytes, (uint64_t)(page > 0 ? page : 4096));
         if ((st = ortmem_residency_slot(m->residency, i, &m->slots[i])) != ORTMEM_OK) {
             ortmem_fail(err, st, "the slot pointer");
             goto fail;

@@ -48,12 +48,26 @@ typedef struct eng_model_options {
     /* Bytes the residency cache may map for the weights; 0 = every weight
      * pinned resident. Under a budget the embedding, the output and the
      * output norm stay resident, then the layers in reading order while they
-     * fit beside a ring of 4 layer slots; the others are streamed through the
+     * fit beside a ring of ring_slots layer slots; the others are streamed through the
      * ring, a layer for its forward pass (the same tokens, the bytes copied
      * again every token). ORTMEM_E_BUDGET naming the numbers when the budget
      * holds less than what stays resident and the ring; ORTMEM_E_UNSUPPORTED
      * when the file's layers do not lie together (layers stream whole). */
     uint64_t weights_budget;
+    /* Under a budget: the ring's slots, layers in flight at once (a CPU
+     * context streams one, several contexts one each); 0 = 4. A GPU context
+     * copies the next layer while it computes one: 2. */
+    uint32_t ring_slots;
+    /* Under a budget: pinned host memory the catalog's bytes are copied into
+     * from the file at load (a device copies from pinned memory directly,
+     * from the mapped file through the driver's bounce buffer); the caller
+     * keeps it alive until eng_model_destroy has returned. NULL: the tensors
+     * are read from the mapped file. */
+    ortmem_staging *staging;
+    /* The residency cache's streams (ortmem_residency_options): copies go on
+     * copy_stream; a ring slot is refilled once the work enqueued on
+     * compute_stream before its release has run. 0: the default stream. */
+    uint64_t copy_stream, compute_stream;
     eng_load_progress_fn progress;
     void *progress_user;
 } eng_model_options;

@@ -43,6 +43,8 @@ struct eng_model {
     uint64_t file_bytes;     /* the tensors' bytes */
     uint64_t weights_budget; /* the residency cache's budget (the authority's base limit) */
     uint32_t streamed_count; /* layers streamed under eng_model_options.weights_budget */
+    ortmem_staging *staging; /* the caller's, holding the catalog's bytes (or NULL) */
+    uint64_t compute_stream; /* the residency cache's */
     char (*entry_names)[24]; /* the layers' catalog entries ("blk.N") */
     /* Contexts of one model are created, used and destroyed on any threads:
      * lock guards contexts and the authority's limit, which each context

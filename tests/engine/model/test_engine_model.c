@@ -5,6 +5,7 @@
  * zero at teardown; and bad model files are refused with messages that name
  * what is wrong. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -95,7 +96,9 @@ static int32_t *int_array(json_t *a, size_t *n)
  * two best logits and ours for the same two ids. */
 /* budget: eng_model_options.weights_budget as a fraction of the weights'
  * file bytes (0: every weight pinned). */
-static void agree_with_llama_cpp_under(const char *name, double budget)
+/* budget: a fraction of the weights' bytes (0: all resident); staging:
+ * the catalog's bytes copied into host staging, a ring of two slots. */
+static void agree_with_llama_cpp_under(const char *name, double budget, ortmem_staging *staging)
 {
     json_t *root = reference();
     json_t *p = reference_prompt(root, name);
@@ -116,6 +119,10 @@ static void agree_with_llama_cpp_under(const char *name, double budget)
         cr_assert_eq(eng_model_destroy(m, &lerr), ORTMEM_OK, "%s", lerr.message);
         eng_model_options mo = {0};
         mo.weights_budget = weights_budget;
+        if (staging) {
+            mo.staging = staging;
+            mo.ring_slots = 2;
+        }
         m = NULL;
         cr_assert_eq(eng_model_load(path, &mo, &m, &lerr), ORTMEM_OK, "%s", lerr.message);
     }
@@ -155,6 +162,14 @@ static void agree_with_llama_cpp_under(const char *name, double budget)
                       (unsigned long long)weights_budget);
         cr_assert_lt(eng_model_weights_resident_bytes(m), eng_model_weights_file_bytes(m));
     }
+    if (staging) {
+        /* Every tensor was read from the staging's copy. */
+        ortmem_staging_stats ss = {.struct_size = sizeof ss};
+        cr_assert_eq(ortmem_staging_stats_get(staging, &ss), ORTMEM_OK);
+        cr_assert_geq(ss.allocated_bytes, eng_model_weights_file_bytes(m),
+                      "%" PRIu64 " bytes in staging for %" PRIu64 " of weights", ss.allocated_bytes,
+                      eng_model_weights_file_bytes(m));
+    }
     cr_assert_eq(eng_context_destroy(c, &err), ORTMEM_OK, "%s", err.message);
     cr_assert_eq(eng_model_destroy(m, &err), ORTMEM_OK, "%s", err.message);
     free(prompt);
@@ -164,7 +179,7 @@ static void agree_with_llama_cpp_under(const char *name, double budget)
 
 static void agree_with_llama_cpp(const char *name)
 {
-    agree_with_llama_cpp_under(name, 0);
+    agree_with_llama_cpp_under(name, 0, NULL);
 }
 
 Test(engine_model, greedy_tokens_agree_with_llama_cpp_capital, .timeout = 240)
@@ -176,7 +191,22 @@ Test(engine_model, greedy_tokens_agree_with_llama_cpp_capital, .timeout = 240)
  * cache's ring at every token, and the tokens are llama.cpp's still. */
 Test(engine_model, streamed_weights_under_half_the_budget_keep_the_tokens, .timeout = 240)
 {
-    agree_with_llama_cpp_under("chat", 0.5);
+    agree_with_llama_cpp_under("chat", 0.5, NULL);
+}
+
+/* The same from a copy of the weights in host staging (what a device
+ * copies from: pinned memory), through a ring of two slots; the staging's
+ * allocations are the model's until it is destroyed. */
+Test(engine_model, streamed_from_staging_through_two_ring_slots_keep_the_tokens, .timeout = 240)
+{
+    ortmem_staging *staging = NULL;
+    cr_assert_eq(ortmem_staging_create(NULL, &staging), ORTMEM_OK);
+    agree_with_llama_cpp_under("capital", 0.5, staging);
+    ortmem_staging_stats ss = {.struct_size = sizeof ss};
+    cr_assert_eq(ortmem_staging_stats_get(staging, &ss), ORTMEM_OK);
+    cr_assert_eq(ss.allocations, 0, "%" PRIu64 " staging allocations outlive the model",
+                 ss.allocations);
+    cr_assert_eq(ortmem_staging_destroy(staging), ORTMEM_OK);
 }
 
 /* A budget below what stays resident (the embedding alone is 30 MB) is
