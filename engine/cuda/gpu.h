@@ -34,10 +34,38 @@ extern "C" {
  * eng_model_load (eng_model_options.backend) and destroys it after the model. */
 ortmem_status eng_gpu_backend_create(int device, ortmem_backend **out, eng_error *err);
 
+/* ---- Layers streamed under a device budget ----
+ * A model loaded with a weights budget (eng_model_options.weights_budget)
+ * keeps the layers that do not fit in pinned host memory and copies each
+ * through the residency cache's ring for its forward pass: the streaming
+ * holds that pinned memory (ortmem staging, chunks registered with
+ * cudaHostRegister) and the two streams the cache copies on and computes
+ * on. The step is then captured as one graph per segment (the embedding,
+ * each layer, the output), the kernels reading a streamed layer's weights
+ * through device tables written after its acquire, so the graphs stay valid
+ * whichever ring slot the layer lands in. */
+typedef struct eng_gpu_streaming eng_gpu_streaming;
+
+/* On the current device (eng_gpu_backend_create selects it). */
+ortmem_status eng_gpu_streaming_create(eng_gpu_streaming **out, eng_error *err);
+/* Sets the model options a streamed model needs: the staging, the two
+ * streams, a ring of 2 layer slots (one copied while one computes). */
+void eng_gpu_streaming_model_options(const eng_gpu_streaming *streaming, eng_model_options *mo);
+/* Host-to-device bandwidth from pinned memory on the streaming's copy
+ * stream (bytes copied 8 times, the best of them, in GB/s): the bound on a
+ * streamed layer's copy. */
+ortmem_status eng_gpu_streaming_bandwidth(eng_gpu_streaming *streaming, size_t bytes,
+                                          double *gb_per_s, eng_error *err);
+/* After the model it served (ORTMEM_E_BUSY while a context uses it). */
+ortmem_status eng_gpu_streaming_destroy(eng_gpu_streaming *streaming, eng_error *err);
+
 typedef struct eng_gpu_options {
     uint32_t n_ctx; /* tokens per sequence; 0 = min(4096, the trained context) */
     uint32_t batch; /* sequences, 1..ENG_GPU_MAX_BATCH; 0 = 1 */
     bool no_graphs; /* launch the step's kernels every time instead of replaying a graph */
+    /* The model's streaming when it streams layers (required then: the
+     * context computes on its compute stream; one context at a time). */
+    eng_gpu_streaming *streaming;
 } eng_gpu_options;
 
 typedef struct eng_gpu_stats {

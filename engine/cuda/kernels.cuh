@@ -56,9 +56,11 @@ enum eng_gpu_dot_kind { ENG_GPU_DOT_DECODE = 0, ENG_GPU_DOT_BATCH = 1 };
 
 // x[t] = row tokens[t] of the Q8_0 embedding, as floats.
 cudaError_t eng_gpu_embed(cudaStream_t s, const eng_gpu_matrix &embd, eng_gpu_rows rows, float *x);
-// act[t] = quantize(rms_norm(x[t]) * w): E values per row, Q8_1 blocks.
-cudaError_t eng_gpu_rms_norm_quant(cudaStream_t s, const float *x, const float *w, uint32_t E,
-                                   float eps, int32_t T, eng_gpu_act_block *act);
+// act[t] = quantize(rms_norm(x[t]) * w): E values per row, Q8_1 blocks; w
+// read from the device table entry *w_at when the kernel runs (a streamed
+// layer's norm moves between ring slots under a captured graph).
+cudaError_t eng_gpu_rms_norm_quant(cudaStream_t s, const float *x, const float *const *w_at,
+                                   uint32_t E, float eps, int32_t T, eng_gpu_act_block *act);
 // act[t] = quantize(x[t]) over n values per row.
 cudaError_t eng_gpu_quant(cudaStream_t s, const float *x, uint32_t n, int32_t T,
                           eng_gpu_act_block *act);
@@ -69,6 +71,25 @@ cudaError_t eng_gpu_quant(cudaStream_t s, const float *x, uint32_t n, int32_t T,
 cudaError_t eng_gpu_matvec(cudaStream_t s, const eng_gpu_matrix *mats, uint32_t total_rows,
                            uint32_t max_cols, float *const *ys, int count,
                            const eng_gpu_act_block *act, int32_t T, bool accumulate);
+// What the one-token product computes its activation row from before its
+// rows, in every block (a row of a few hundred values costs less there than a
+// kernel of its own): RMS, quantize(rms_norm(x) * *norm) as
+// eng_gpu_rms_norm_quant computes it, bit for bit the same blocks.
+enum eng_gpu_prologue_kind { ENG_GPU_PROLOGUE_NONE = 0, ENG_GPU_PROLOGUE_RMS = 1 };
+struct eng_gpu_prologue {
+    int kind;
+    const float *x;           // the rows' values
+    const float *const *norm; // where the norm's weights' pointer is (a device table)
+    uint32_t n;               // values: the matrices' cols
+    float eps;
+};
+// Whether products of cols columns can take a prologue (shared memory).
+bool eng_gpu_matvec_prologue_fits(uint32_t cols);
+// eng_gpu_matvec for one row whose activations the prologue computes;
+// cudaErrorInvalidValue when it does not fit (pro.n must equal cols).
+cudaError_t eng_gpu_matvec_prologue(cudaStream_t s, const eng_gpu_matrix *mats, uint32_t total_rows,
+                                    uint32_t cols, float *const *ys, int count,
+                                    const eng_gpu_prologue &pro, bool accumulate);
 // RoPE on q (n_head heads) and k (n_kv heads) in place from the cos/sin
 // table (rows of head_dim floats per position), then k and v as halves into
 // the KV at (layer, seq[t], pos[t]).
@@ -76,13 +97,23 @@ cudaError_t eng_gpu_rope_store(cudaStream_t s, float *q, float *k, const float *
                                const float *rope_table, eng_gpu_rows rows, uint32_t n_head,
                                uint32_t n_kv, uint32_t head_dim, uint32_t n_rot,
                                const eng_gpu_kv &kv, uint32_t layer);
+// A decode pass's own keys and values for eng_gpu_attention to rotate and
+// store itself (eng_gpu_rope_store's work, one kernel fewer per layer): k
+// and v unrotated as the product left them; all null when rope_store ran.
+struct eng_gpu_new_kv {
+    const float *k, *v, *rope; // rope: the cos/sin table
+    uint32_t n_rot;
+};
 // out[t][h] = softmax(q . K / sqrt(D)) V over positions [0, pos[t]] of seq[t].
 // scores: T * n_head * n_ctx floats; weights: as many halves. When D is a
 // multiple of 32, act gets out quantized too (eng_gpu_attention_quantizes).
+// With fresh.k, q is unrotated too; only for ENG_GPU_DOT_DECODE passes,
+// whose rows are distinct sequences (else cudaErrorInvalidValue).
 cudaError_t eng_gpu_attention(cudaStream_t s, const float *q, const eng_gpu_kv &kv, uint32_t layer,
                               eng_gpu_rows rows, uint32_t n_head, uint32_t n_kv, uint32_t head_dim,
                               uint32_t n_ctx, eng_gpu_dot_kind kind, float *scores,
-                              uint16_t *weights, float *out, eng_gpu_act_block *act);
+                              uint16_t *weights, float *out, eng_gpu_act_block *act,
+                              const eng_gpu_new_kv &fresh);
 inline bool eng_gpu_attention_quantizes(uint32_t head_dim)
 {
     return head_dim % ENG_GPU_QK == 0;

@@ -111,11 +111,24 @@ int gpu_run(const options *o, const char *path, run_result *r)
     mo.backend = backend;
     mo.progress = load_progress;
     mo.weights_budget = o->device_budget;
+    /* Under a budget: the layers that do not fit wait in pinned memory. */
+    eng_gpu_streaming *streaming = NULL;
+    if (o->device_budget) {
+        if (eng_gpu_streaming_create(&streaming, &err) != ORTMEM_OK) {
+            ortmem_backend_destroy(backend);
+            return cli_fail(PROGRAM, EXIT_FAILED, "--device-budget: %s", err.message);
+        }
+        eng_gpu_streaming_model_options(streaming, &mo);
+    }
     if (eng_model_load(path, &mo, &model, &err) != ORTMEM_OK) {
+        eng_gpu_streaming_destroy(streaming, NULL);
         ortmem_backend_destroy(backend);
         return cli_fail(PROGRAM, err.status == ORTMEM_E_NOMEM ? EXIT_FAILED : EXIT_USAGE,
                         "cannot load the model %s", err.message);
     }
+    ortmem_residency_stats loaded = {.struct_size = sizeof loaded};
+    ortmem_residency_stats_get(eng_model_residency(model), &loaded);
+    r->bytes_moved_at_load = loaded.bytes_moved;
     eng_tokenizer *tok = NULL;
     eng_sampler *sampler = NULL;
     eng_gpu_context *ctx = NULL;
@@ -134,7 +147,7 @@ int gpu_run(const options *o, const char *path, run_result *r)
     }
     if ((rc = tokenize_prompt(o, tok, r)) != 0)
         goto done;
-    eng_gpu_options go = {(uint32_t)o->n_ctx, batch, o->no_graphs};
+    eng_gpu_options go = {(uint32_t)o->n_ctx, batch, o->no_graphs, streaming};
     if (eng_gpu_context_create(model, &go, &ctx, &err) != ORTMEM_OK) {
         rc = cli_fail(PROGRAM, err.status == ORTMEM_E_RANGE ? EXIT_USAGE : EXIT_FAILED,
                       "the GPU context: %s", err.message);
@@ -169,6 +182,8 @@ int gpu_run(const options *o, const char *path, run_result *r)
     r->kv_driver_calls = st.kv_driver_calls;
     r->kernels_per_step = st.kernels_per_step;
     r->weights_resident = eng_model_weights_resident_bytes(model);
+    r->residency.struct_size = sizeof r->residency;
+    ortmem_residency_stats_get(eng_model_residency(model), &r->residency);
     r->ledger_table = ledger_text(eng_model_authority(model), ORTMEM_REPORT_TABLE);
     r->ledger_json = ledger_text(eng_model_authority(model), ORTMEM_REPORT_JSON);
 done:
@@ -177,6 +192,8 @@ done:
         rc = cli_fail(PROGRAM, EXIT_FAILED, "teardown: %s", err.message);
     eng_tokenizer_destroy(tok);
     if (eng_model_destroy(model, &err) != ORTMEM_OK && rc == 0)
+        rc = cli_fail(PROGRAM, EXIT_FAILED, "teardown: %s", err.message);
+    if (eng_gpu_streaming_destroy(streaming, &err) != ORTMEM_OK && rc == 0)
         rc = cli_fail(PROGRAM, EXIT_FAILED, "teardown: %s", err.message);
     ortmem_backend_destroy(backend);
     return rc;

@@ -64,7 +64,8 @@ static void usage(FILE *out)
           "  --device-budget BYTES  bytes the weights may hold where they are computed\n"
           "                       (e.g. 48M): the embedding and the first layers stay\n"
           "                       resident, the others are copied through the residency\n"
-          "                       cache's ring at every token (CPU only)\n",
+          "                       cache's ring at every token (on cuda from pinned memory,\n"
+          "                       a ring of 2 layers: one copied while one computes)\n",
           out);
 }
 

@@ -9,9 +9,17 @@
  *                         cache grows (0 re-captures); a reset sequence
  *                         decodes the same tokens again through the same
  *                         graph; the authority's ledger back to its start.
- *   gpu_decode --bench    tok/s at batch 1 (graphs on and off), 8 and 32,
- *                         the step's kernels, KV driver calls per token, as
- *                         one JSON object per line.
+ *                         Then the model again under a device budget of
+ *                         half its weights' bytes, most layers streamed
+ *                         from pinned memory: llama.cpp's tokens again, one
+ *                         capture, every streamed layer copied each token.
+ *   gpu_decode --bench    tok/s at batch 1 (graphs on and off), 8 and 32
+ *                         over 128 steps from a 5-token prompt (the HF
+ *                         peer's geometry) and the 768 after them, the
+ *                         step's kernels, as one JSON object per line; then
+ *                         batch 1 with every weight resident and under
+ *                         budgets of 75% and 50% of the weights, beside the
+ *                         pinned copy bandwidth measured in the same run.
  *   gpu_decode --short    the batch check alone (48 steps, graphs on and off,
  *                         4 sequences): for compute-sanitizer. */
 #include <inttypes.h>
@@ -60,22 +68,29 @@ static int32_t *int_array(json_t *a, size_t *n)
 typedef struct setup {
     ortmem_backend *backend;
     eng_model *model;
+    eng_gpu_streaming *streaming; /* when the model streams layers */
     uint64_t ledger_start;
+    uint64_t file_bytes; /* the weights' bytes in the file */
 } setup;
 
+/* Bytes the authority owns beyond the weights' (resident slots, the ring a
+ * streamed model maps at its first acquire and keeps, pending evictions):
+ * a context's KV and activations. */
 static uint64_t ledger_owned(eng_model *m)
 {
     ortmem_authority_report r = {.struct_size = sizeof r};
-    if (ortmem_authority_report_get(eng_model_authority(m), &r, NULL, 0) != ORTMEM_OK)
+    ortmem_residency_stats rs = {.struct_size = sizeof rs};
+    if (ortmem_authority_report_get(eng_model_authority(m), &r, NULL, 0) != ORTMEM_OK ||
+        ortmem_residency_stats_get(eng_model_residency(m), &rs) != ORTMEM_OK)
         return UINT64_MAX;
-    return r.owned_bytes;
+    return r.owned_bytes - rs.resident_bytes - rs.ring_bytes - rs.retiring_bytes;
 }
 
 static eng_gpu_context *context(setup *s, uint32_t n_ctx, uint32_t batch, bool graphs)
 {
     eng_error err = {0};
     eng_gpu_context *c = NULL;
-    eng_gpu_options o = {n_ctx, batch, !graphs};
+    eng_gpu_options o = {n_ctx, batch, !graphs, s->streaming};
     if (eng_gpu_context_create(s->model, &o, &c, &err) != ORTMEM_OK) {
         printf("  FAIL the GPU context (batch %u): %s\n", batch, err.message);
         failures++;
@@ -184,15 +199,15 @@ static bool check_reference(setup *s, json_t *root)
     }
     uint64_t owned = ledger_owned(s->model);
     if (owned != s->ledger_start) {
-        printf("  FAIL the ledger owns %" PRIu64 " bytes after the context, %" PRIu64
-               " before it\n",
+        printf("  FAIL the ledger owns %" PRIu64 " bytes beside the weights after the context, "
+               "%" PRIu64 " before it\n",
                owned, s->ledger_start);
         failures++;
         ok = false;
     }
     if (ok)
         printf("  PASS one capture replayed across three prompts and the KV growth; ledger back "
-               "to %" PRIu64 " bytes\n",
+               "to %" PRIu64 " bytes beside the weights\n",
                owned);
     return ok;
 }
@@ -276,35 +291,58 @@ static bool check_batch(setup *s)
     return true;
 }
 
+/* The prompt every benchmark decodes (5 tokens). */
+static const int32_t bench_prompt[] = {504, 3575, 282, 4649, 314};
+enum { BENCH_PROMPT = 5, BENCH_STEPS = 128, BENCH_LONG = 768 };
+
+/* Warms c up (the capture, the first commits, half a second of steps: a
+ * device idle before the run decodes its first second slower, 402 against
+ * 530 tok/s), resets and prefills every sequence again, then times `steps`
+ * steps from the prompt (positions 5 to 5 + steps: the HF peer's geometry
+ * at 128) and, when long > 0, `long` steps more. */
+static bool timed_steps(eng_gpu_context *c, uint32_t batch, int steps, int long_steps,
+                        double *seconds, double *long_seconds, eng_error *err)
+{
+    int32_t next[ENG_GPU_MAX_BATCH], out[ENG_GPU_MAX_BATCH];
+    bool ok = true;
+    for (int round = 0; round < 2 && ok; round++) {
+        for (uint32_t b = 0; ok && b < batch; b++)
+            ok = eng_gpu_reset(c, b, err) == ORTMEM_OK &&
+                 eng_gpu_prefill(c, b, bench_prompt, BENCH_PROMPT, &next[b], err) == ORTMEM_OK;
+        for (double w0 = now_s(); ok && round == 0 && now_s() - w0 < 0.5;) {
+            ok = eng_gpu_step(c, next, out, err) == ORTMEM_OK;
+            memcpy(next, out, sizeof next);
+        }
+    }
+    double t0 = now_s();
+    for (int i = 0; ok && i < steps; i++) {
+        ok = eng_gpu_step(c, next, out, err) == ORTMEM_OK;
+        memcpy(next, out, sizeof next);
+    }
+    *seconds = now_s() - t0;
+    t0 = now_s();
+    for (int i = 0; ok && i < long_steps; i++) {
+        ok = eng_gpu_step(c, next, out, err) == ORTMEM_OK;
+        memcpy(next, out, sizeof next);
+    }
+    if (long_seconds)
+        *long_seconds = now_s() - t0;
+    return ok;
+}
+
 static void bench(setup *s)
 {
     const struct {
         uint32_t batch;
         bool graphs;
     } runs[] = {{1, true}, {1, false}, {8, true}, {32, true}};
-    const int steps = 512;
-    int32_t prompt[] = {504, 3575, 282, 4649, 314};
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         eng_gpu_context *c = context(s, 4096, runs[r].batch, runs[r].graphs);
         if (!c)
             return;
         eng_error err = {0};
-        int32_t next[ENG_GPU_MAX_BATCH], out[ENG_GPU_MAX_BATCH];
-        bool ok = true;
-        for (uint32_t b = 0; ok && b < runs[r].batch; b++)
-            ok = eng_gpu_prefill(c, b, prompt, 5, &next[b], &err) == ORTMEM_OK;
-        for (int i = 0; ok && i < 16; i++) { /* warm-up: the capture, the first commits */
-            ok = eng_gpu_step(c, next, out, &err) == ORTMEM_OK;
-            memcpy(next, out, sizeof next);
-        }
-        eng_gpu_stats before;
-        eng_gpu_stats_get(c, &before);
-        double t0 = now_s();
-        for (int i = 0; ok && i < steps; i++) {
-            ok = eng_gpu_step(c, next, out, &err) == ORTMEM_OK;
-            memcpy(next, out, sizeof next);
-        }
-        double dt = now_s() - t0;
+        double dt = 0, dt_long = 0;
+        bool ok = timed_steps(c, runs[r].batch, BENCH_STEPS, BENCH_LONG, &dt, &dt_long, &err);
         eng_gpu_stats st;
         eng_gpu_stats_get(c, &st);
         eng_gpu_context_destroy(c, NULL);
@@ -313,15 +351,158 @@ static void bench(setup *s)
             failures++;
             return;
         }
-        const double tokens = (double)steps * runs[r].batch;
-        printf("{\"batch\": %u, \"graphs\": %s, \"steps\": %d, \"seconds\": %.6f, "
-               "\"tok_s\": %.1f, \"step_us\": %.2f, \"kernels_per_step\": %" PRIu64
-               ", \"captures\": %" PRIu64 ", \"recaptures\": %" PRIu64
-               ", \"kv_driver_calls_per_token\": %.4f, \"weights_file_bytes\": %" PRIu64 "}\n",
-               runs[r].batch, runs[r].graphs ? "true" : "false", steps, dt, tokens / dt,
-               dt / steps * 1e6, st.kernels_per_step, st.captures, st.recaptures,
-               (double)(st.kv_driver_calls - before.kv_driver_calls) / tokens,
+        const double tokens = (double)BENCH_STEPS * runs[r].batch;
+        const double long_tokens = (double)BENCH_LONG * runs[r].batch;
+        printf("{\"batch\": %u, \"graphs\": %s, \"steps\": %d, \"positions\": [%d, %d], "
+               "\"tok_s\": %.1f, \"step_us\": %.2f, \"long_positions\": [%d, %d], "
+               "\"long_tok_s\": %.1f, \"kernels_per_step\": %" PRIu64 ", \"captures\": %" PRIu64
+               ", \"recaptures\": %" PRIu64 ", \"weights_file_bytes\": %" PRIu64 "}\n",
+               runs[r].batch, runs[r].graphs ? "true" : "false", BENCH_STEPS, BENCH_PROMPT,
+               BENCH_PROMPT + BENCH_STEPS, tokens / dt, dt / BENCH_STEPS * 1e6,
+               BENCH_PROMPT + BENCH_STEPS, BENCH_PROMPT + BENCH_STEPS + BENCH_LONG,
+               long_tokens / dt_long, st.kernels_per_step, st.captures, st.recaptures,
                eng_model_weights_file_bytes(s->model));
+        fflush(stdout);
+    }
+}
+
+/* The model loaded again under a device budget of fraction of its weights'
+ * bytes, its streamed layers in pinned memory. */
+static bool load_streamed(setup *s, const char *path, double fraction)
+{
+    eng_error err = {0};
+    const uint64_t budget = (uint64_t)((double)s->file_bytes * fraction);
+    if (eng_gpu_streaming_create(&s->streaming, &err) != ORTMEM_OK) {
+        printf("  FAIL the streaming: %s\n", err.message);
+        failures++;
+        return false;
+    }
+    eng_model_options mo = {0};
+    mo.backend = s->backend;
+    mo.weights_budget = budget;
+    eng_gpu_streaming_model_options(s->streaming, &mo);
+    eng_model *m = NULL;
+    if (eng_model_load(path, &mo, &m, &err) != ORTMEM_OK) {
+        printf("  FAIL loading under a budget of %" PRIu64 " bytes: %s\n", budget, err.message);
+        failures++;
+        eng_gpu_streaming_destroy(s->streaming, NULL);
+        s->streaming = NULL;
+        return false;
+    }
+    s->model = m;
+    s->ledger_start = ledger_owned(m);
+    return true;
+}
+
+static bool unload_streamed(setup *s)
+{
+    eng_error err = {0};
+    bool ok = eng_model_destroy(s->model, &err) == ORTMEM_OK &&
+              eng_gpu_streaming_destroy(s->streaming, &err) == ORTMEM_OK;
+    s->model = NULL;
+    s->streaming = NULL;
+    if (!ok) {
+        printf("  FAIL tearing the streamed model down: %s\n", err.message);
+        failures++;
+    }
+    return ok;
+}
+
+static void residency(eng_model *m, ortmem_residency_stats *rs)
+{
+    memset(rs, 0, sizeof *rs);
+    rs->struct_size = sizeof *rs;
+    ortmem_residency_stats_get(eng_model_residency(m), rs);
+}
+
+/* Half the weights' bytes on the device: llama.cpp's tokens through the
+ * segment graphs, the streamed layers copied every token. */
+static bool check_streamed(setup *s, const char *path, json_t *root)
+{
+    if (!load_streamed(s, path, 0.5))
+        return false;
+    const uint64_t budget = (uint64_t)((double)s->file_bytes * 0.5);
+    ortmem_residency_stats before, after;
+    residency(s->model, &before);
+    int failures_before = failures;
+    check_reference(s, root);
+    residency(s->model, &after);
+    const uint64_t resident = eng_model_weights_resident_bytes(s->model);
+    bool ok = failures == failures_before;
+    unload_streamed(s);
+    CHECK(ok, "the streamed model's tokens or graph (above)");
+    CHECK(after.streamed > before.streamed, "nothing was streamed under a budget of %" PRIu64,
+          budget);
+    CHECK(resident + after.ring_bytes <= budget,
+          "%" PRIu64 " bytes resident and %" PRIu64 " of ring exceed the budget of %" PRIu64,
+          resident, after.ring_bytes, budget);
+    printf("  PASS under a budget of %" PRIu64 " bytes (half the weights): llama.cpp's tokens, "
+           "%" PRIu64 " resident + %" PRIu64 " ring bytes, %" PRIu64 " layer acquires through "
+           "the ring, %" PRIu64 " bytes copied, %" PRIu64 " stalls\n",
+           budget, resident, after.ring_bytes, after.streamed - before.streamed,
+           after.bytes_moved - before.bytes_moved, after.stalls - before.stalls);
+    return true;
+}
+
+/* Batch 1 with every weight resident (fraction 0) and under budgets of
+ * 75% and 50% of the weights, the same steps timed as bench's, beside the
+ * pinned copy bandwidth measured in the same run. */
+static void bench_streamed(setup *s, const char *path)
+{
+    const double fractions[] = {0.0, 0.75, 0.5};
+    double gbps = 0.0;
+    eng_error err = {0};
+    for (size_t f = 0; f < sizeof fractions / sizeof fractions[0]; f++) {
+        if (fractions[f] > 0) {
+            if (!load_streamed(s, path, fractions[f]))
+                return;
+            if (gbps == 0.0 &&
+                eng_gpu_streaming_bandwidth(s->streaming, 64u << 20, &gbps, &err) != ORTMEM_OK) {
+                printf("{\"error\": \"pinned bandwidth: %s\"}\n", err.message);
+                failures++;
+            }
+        } else {
+            eng_model_options mo = {0};
+            mo.backend = s->backend;
+            if (eng_model_load(path, &mo, &s->model, &err) != ORTMEM_OK) {
+                printf("{\"error\": \"loading the model: %s\"}\n", err.message);
+                failures++;
+                return;
+            }
+        }
+        eng_gpu_context *c = context(s, 4096, 1, true);
+        ortmem_residency_stats before, after;
+        double dt = 0;
+        bool ok = c != NULL && timed_steps(c, 1, BENCH_STEPS, 0, &dt, NULL, &err);
+        if (ok) { /* one step more: the bytes one forward pass copies */
+            int32_t token = 504, next = 0;
+            residency(s->model, &before);
+            ok = eng_gpu_step(c, &token, &next, &err) == ORTMEM_OK;
+            residency(s->model, &after);
+        }
+        const uint64_t budget = (uint64_t)((double)s->file_bytes * fractions[f]);
+        const uint64_t resident = eng_model_weights_resident_bytes(s->model);
+        eng_gpu_context_destroy(c, NULL);
+        if (fractions[f] > 0) {
+            unload_streamed(s);
+        } else {
+            eng_model_destroy(s->model, NULL);
+            s->model = NULL;
+        }
+        if (!ok) {
+            printf("{\"error\": \"budget %.2f: %s\"}\n", fractions[f], err.message);
+            failures++;
+            return;
+        }
+        const uint64_t per_pass = after.bytes_moved - before.bytes_moved;
+        printf("{\"batch\": 1, \"graphs\": true, \"budget_fraction\": %.2f, "
+               "\"budget_bytes\": %" PRIu64 ", \"resident_bytes\": %" PRIu64
+               ", \"ring_bytes\": %" PRIu64 ", \"steps\": %d, \"tok_s\": %.1f, "
+               "\"step_us\": %.2f, \"bytes_streamed_per_pass\": %" PRIu64
+               ", \"pinned_gb_s\": %.2f, \"pcie_bound_tok_s\": %.1f}\n",
+               fractions[f], budget, resident, after.ring_bytes, BENCH_STEPS, BENCH_STEPS / dt,
+               dt / BENCH_STEPS * 1e6, per_pass, gbps,
+               per_pass && gbps > 0 ? gbps * 1e9 / (double)per_pass : 0.0);
         fflush(stdout);
     }
 }
@@ -354,6 +535,8 @@ int main(int argc, char **argv)
            now_s() - t0, eng_model_weights_file_bytes(s.model),
            eng_model_weights_resident_bytes(s.model));
     s.ledger_start = ledger_owned(s.model);
+    s.file_bytes = eng_model_weights_file_bytes(s.model);
+    json_t *root = NULL;
     if (bench_mode) {
         bench(&s);
     } else if (short_mode) {
@@ -363,13 +546,12 @@ int main(int argc, char **argv)
         char ref[4096];
         snprintf(ref, sizeof ref, "%s/" REFERENCE, dir ? dir : "tests/data/engine");
         json_error_t jerr;
-        json_t *root = json_load_file(ref, 0, &jerr);
+        root = json_load_file(ref, 0, &jerr);
         if (!root) {
             printf("FAIL %s: %s\n", ref, jerr.text);
             failures++;
         } else {
             check_reference(&s, root);
-            json_decref(root);
         }
         check_growth(&s);
         check_batch(&s);
@@ -377,6 +559,13 @@ int main(int argc, char **argv)
     if (eng_model_destroy(s.model, &err) != ORTMEM_OK) {
         printf("FAIL destroying the model: %s\n", err.message);
         failures++;
+    }
+    s.model = NULL;
+    if (root) {
+        check_streamed(&s, path, root);
+        json_decref(root);
+    } else if (bench_mode) {
+        bench_streamed(&s, path);
     }
     ortmem_backend_destroy(s.backend);
     printf("%s: %d failure(s)\n", bench_mode ? "gpu_decode --bench" : "gpu_decode", failures);
