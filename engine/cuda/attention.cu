@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
                      float *scores, uint16_t *weights, float *out, eng_gpu_act_block *act,
                      eng_gpu_new_kv fresh)
 {
+    follow_previous_kernel();
     // LANES * D floats, then D halves each of q and (fresh) the row's own
     // key and value.
     extern __shared__ float shared[];
@@ -186,8 +187,7 @@ cudaError_t eng_gpu_attention(cudaStream_t s, const float *q, const eng_gpu_kv &
         return cudaErrorInvalidValue; // rows of one sequence read each other's keys
     const size_t shared = 32 * head_dim * sizeof(float) + 3 * head_dim * sizeof(uint16_t);
     dim3 grid((unsigned)rows.count, n_head);
-    attention_kernel<<<grid, kAttentionThreads, shared, s>>>(
-        q, kv, layer, rows, n_head, n_kv, head_dim, n_ctx, (int)kind, scores, weights, out,
-        head_dim % ENG_GPU_QK == 0 ? act : nullptr, fresh);
-    return cudaGetLastError();
+    return launch_overlapped(attention_kernel, dim3(grid), dim3(kAttentionThreads), shared, s, q,
+                             kv, layer, rows, n_head, n_kv, head_dim, n_ctx, (int)kind, scores,
+                             weights, out, head_dim % ENG_GPU_QK == 0 ? act : nullptr, fresh);
 }

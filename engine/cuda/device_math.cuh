@@ -12,6 +12,50 @@
 namespace
 {
 
+// ---- programmatic dependent launch (sm_90) ----
+//
+// Every kernel of a step is launched so that it may start while the kernel
+// before it on the stream is still running: each kernel lets the next one
+// launch as soon as all its own blocks are running (so no waiting block can
+// hold a slot an earlier grid still needs), and waits for the one before it
+// to have finished, its writes visible, before it reads anything the step
+// computes. Only the weights and the step's fixed tables are read before
+// the wait. The launch gaps between a step's 185 kernels overlap the work.
+
+__device__ __forceinline__ void let_next_kernel_launch()
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void wait_for_previous_kernel()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// Both, first thing in a kernel that reads nothing before the wait.
+__device__ __forceinline__ void follow_previous_kernel()
+{
+    let_next_kernel_launch();
+    wait_for_previous_kernel();
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                              cudaStream_t s, Args... args)
+{
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared;
+    config.stream = s;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 __device__ __forceinline__ float half_to_float(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));

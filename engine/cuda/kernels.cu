@@ -16,6 +16,7 @@ constexpr int kThreads = 256;
 
 __global__ void embed_kernel(eng_gpu_matrix embd, eng_gpu_rows rows, float *x)
 {
+    follow_previous_kernel();
     const int t = blockIdx.x;
     const int32_t token = rows.tokens[t];
     const uint32_t blocks = embd.cols / ENG_GPU_QK;
@@ -35,6 +36,7 @@ __global__ void embed_kernel(eng_gpu_matrix embd, eng_gpu_rows rows, float *x)
 __global__ void rms_norm_quant_kernel(const float *x, const float *const *w_at, uint32_t E,
                                       float eps, eng_gpu_act_block *act)
 {
+    follow_previous_kernel();
     const float *w = *w_at;
     const int t = blockIdx.x;
     const uint32_t i = threadIdx.x;
@@ -58,6 +60,7 @@ __global__ void rms_norm_quant_kernel(const float *x, const float *const *w_at, 
 // Warp per 32-value block: block b of row t is warp (b % blocks) of the grid.
 __global__ void quant_kernel(const float *x, uint32_t n, int32_t T, eng_gpu_act_block *act)
 {
+    follow_previous_kernel();
     const uint32_t blocks = n / ENG_GPU_QK;
     const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (warp >= (uint32_t)T * blocks)
@@ -69,6 +72,7 @@ __global__ void quant_kernel(const float *x, uint32_t n, int32_t T, eng_gpu_act_
 __global__ void swiglu_quant_kernel(const float *gate, const float *up, uint32_t F, int32_t T,
                                     eng_gpu_act_block *act)
 {
+    follow_previous_kernel();
     const uint32_t blocks = F / ENG_GPU_QK;
     const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (warp >= (uint32_t)T * blocks)
@@ -92,6 +96,7 @@ __global__ void rope_store_kernel(float *q, float *k, const float *v, const floa
                                   eng_gpu_rows rows, uint32_t n_head, uint32_t n_kv, uint32_t D,
                                   uint32_t n_rot, eng_gpu_kv kv, uint32_t layer)
 {
+    follow_previous_kernel();
     const int t = blockIdx.x;
     const int32_t pos = rows.pos[t], seq = rows.seq[t];
     const float *cs = table + (size_t)pos * D;
@@ -142,6 +147,7 @@ __device__ __forceinline__ void warp_best(float &v, int32_t &id)
 
 __global__ void argmax_part_kernel(const float *logits, uint32_t n, float *part_v, int32_t *part_i)
 {
+    follow_previous_kernel();
     __shared__ float wv[32];
     __shared__ int32_t wi[32];
     const int t = blockIdx.y, part = blockIdx.x;
@@ -172,6 +178,7 @@ __global__ void argmax_part_kernel(const float *logits, uint32_t n, float *part_
 
 __global__ void argmax_final_kernel(const float *part_v, const int32_t *part_i, int32_t *next)
 {
+    follow_previous_kernel();
     const int t = blockIdx.x;
     float v = part_v[t * kArgmaxParts + threadIdx.x];
     int32_t id = part_i[t * kArgmaxParts + threadIdx.x];
@@ -184,24 +191,23 @@ __global__ void argmax_final_kernel(const float *part_v, const int32_t *part_i, 
 
 cudaError_t eng_gpu_embed(cudaStream_t s, const eng_gpu_matrix &embd, eng_gpu_rows rows, float *x)
 {
-    embed_kernel<<<rows.count, kThreads, 0, s>>>(embd, rows, x);
-    return cudaGetLastError();
+    return launch_overlapped(embed_kernel, dim3(rows.count), dim3(kThreads), 0, s, embd, rows, x);
 }
 
 cudaError_t eng_gpu_rms_norm_quant(cudaStream_t s, const float *x, const float *const *w_at,
                                    uint32_t E, float eps, int32_t T, eng_gpu_act_block *act)
 {
     const uint32_t threads = E < 1024 ? (E + 31) / 32 * 32 : 1024;
-    rms_norm_quant_kernel<<<T, threads, 0, s>>>(x, w_at, E, eps, act);
-    return cudaGetLastError();
+    return launch_overlapped(rms_norm_quant_kernel, dim3(T), dim3(threads), 0, s, x, w_at, E, eps,
+                             act);
 }
 
 cudaError_t eng_gpu_quant(cudaStream_t s, const float *x, uint32_t n, int32_t T,
                           eng_gpu_act_block *act)
 {
     const uint32_t warps = (uint32_t)T * (n / ENG_GPU_QK);
-    quant_kernel<<<(warps + 7) / 8, kThreads, 0, s>>>(x, n, T, act);
-    return cudaGetLastError();
+    return launch_overlapped(quant_kernel, dim3((warps + 7) / 8), dim3(kThreads), 0, s, x, n, T,
+                             act);
 }
 
 cudaError_t eng_gpu_rope_store(cudaStream_t s, float *q, float *k, const float *v,
@@ -209,27 +215,25 @@ cudaError_t eng_gpu_rope_store(cudaStream_t s, float *q, float *k, const float *
                                uint32_t n_kv, uint32_t head_dim, uint32_t n_rot,
                                const eng_gpu_kv &kv, uint32_t layer)
 {
-    rope_store_kernel<<<rows.count, kThreads, 0, s>>>(q, k, v, rope_table, rows, n_head, n_kv,
-                                                      head_dim, n_rot, kv, layer);
-    return cudaGetLastError();
+    return launch_overlapped(rope_store_kernel, dim3(rows.count), dim3(kThreads), 0, s, q, k, v,
+                             rope_table, rows, n_head, n_kv, head_dim, n_rot, kv, layer);
 }
 
 cudaError_t eng_gpu_swiglu_quant(cudaStream_t s, const float *gate, const float *up, uint32_t F,
                                  int32_t T, eng_gpu_act_block *act)
 {
     const uint32_t warps = (uint32_t)T * (F / ENG_GPU_QK);
-    swiglu_quant_kernel<<<(warps + 7) / 8, kThreads, 0, s>>>(gate, up, F, T, act);
-    return cudaGetLastError();
+    return launch_overlapped(swiglu_quant_kernel, dim3((warps + 7) / 8), dim3(kThreads), 0, s, gate,
+                             up, F, T, act);
 }
 
 cudaError_t eng_gpu_argmax(cudaStream_t s, const float *logits, uint32_t n_vocab, int32_t T,
                            float *part_v, int32_t *part_i, int32_t *next)
 {
-    argmax_part_kernel<<<dim3(kArgmaxParts, (unsigned)T), kThreads, 0, s>>>(logits, n_vocab, part_v,
-                                                                            part_i);
-    cudaError_t e = cudaGetLastError();
+    const cudaError_t e = launch_overlapped(argmax_part_kernel, dim3(kArgmaxParts, (unsigned)T),
+                                            dim3(kThreads), 0, s, logits, n_vocab, part_v, part_i);
     if (e != cudaSuccess)
         return e;
-    argmax_final_kernel<<<T, kArgmaxParts, 0, s>>>(part_v, part_i, next);
-    return cudaGetLastError();
+    return launch_overlapped(argmax_final_kernel, dim3(T), dim3(kArgmaxParts), 0, s, part_v, part_i,
+                             next);
 }

@@ -122,6 +122,7 @@ template <int NT>
 __global__ void matvec_kernel(const eng_gpu_matrix *mats, float *const *ys, int count,
                               const eng_gpu_act_block *act, int32_t T, bool accumulate)
 {
+    follow_previous_kernel();
     const int group = threadIdx.x / 8, k = threadIdx.x % 8;
     uint32_t r = blockIdx.x * (blockDim.x / 8) + group;
     int m = 0;
@@ -221,10 +222,63 @@ __host__ __device__ constexpr size_t act_floats(uint32_t blocks)
     return blocks * sizeof(eng_gpu_act_block) / sizeof(float);
 }
 
+// Block b's weight words for lane k: Q4_1, the scales (d | m << 16) and the
+// lane's packed nibbles; Q8_0, the scale and the lane's four values.
+__device__ __forceinline__ void weight_words(const eng_gpu_matrix &w, uint32_t r, uint32_t blocks,
+                                             uint32_t b, int k, bool q41, uint32_t *head,
+                                             uint32_t *body)
+{
+    if (q41) {
+        const uint8_t *block = (const uint8_t *)w.data + ((size_t)r * blocks + b) * 20;
+        *head = *(const uint32_t *)block;
+        *body = *(const uint32_t *)(block + 4 + 4 * (k & 3));
+    } else {
+        const uint16_t *h =
+            (const uint16_t *)((const uint8_t *)w.data + ((size_t)r * blocks + b) * 34);
+        *head = h[0];
+        *body = (uint32_t)h[1 + 2 * k] | (uint32_t)h[2 + 2 * k] << 16;
+    }
+}
+
+// Block b of the row against the activation block: lane k's integer sum and
+// the block's scale into shared memory (the minimum term's too for Q4_1).
+__device__ __forceinline__ void product_block(bool q41, uint32_t head, uint32_t body,
+                                              const eng_gpu_act_block *a, int k, uint32_t b,
+                                              float *lanes, float *scale, float *wms, float *ass)
+{
+    int8_t s4[4];
+    *(uint32_t *)s4 = *(const uint32_t *)(a->qs + 4 * k);
+    const float ad = half_to_float(a->d);
+    int sum;
+    const float wd = half_to_float((uint16_t)(head & 0xffffu));
+    if (q41) {
+        uint8_t u[4];
+        for (int i = 0; i < 4; i++)
+            u[i] = (uint8_t)((body >> (8 * i + (k >= 4 ? 4 : 0))) & 0x0f);
+        sum = quad_us(u, s4);
+        if (k == 0) {
+            wms[b] = half_to_float((uint16_t)(head >> 16));
+            ass[b] = half_to_float(a->s);
+        }
+    } else {
+        int8_t x[4];
+        *(uint32_t *)x = body;
+        sum = quad_ss(x, s4);
+    }
+    lanes[b * 8 + k] = (float)sum;
+    if (k == 0)
+        scale[b] = wd * ad;
+}
+
+// Passes of a row's blocks whose weights are read before the wait for the
+// kernel before (four blocks a pass: up to 32 blocks, 1,024 columns).
+constexpr int kPrefetchPasses = 8;
+
 __global__ void matvec1_kernel(const eng_gpu_matrix *mats, float *const *ys, int count,
                                const eng_gpu_act_block *act, bool accumulate, uint32_t max_blocks,
                                eng_gpu_prologue pro)
 {
+    let_next_kernel_launch();
     // The prologue's activation blocks, then per warp: lanes[max_blocks * 8],
     // scale, wm, as [max_blocks].
     extern __shared__ float smem[];
@@ -233,9 +287,10 @@ __global__ void matvec1_kernel(const eng_gpu_matrix *mats, float *const *ys, int
                    (size_t)warp * max_blocks * 11;
     float *scale = lanes + (size_t)max_blocks * 8, *wms = scale + max_blocks,
           *ass = wms + max_blocks;
-    // The warp's matrix and row, and (accumulating) the value it adds to,
-    // loaded before the prologue so their latency hides under it: the
-    // matrices' row counts all at once, not one after the other.
+    // Before the wait, what the step does not compute: the warp's matrix and
+    // row (the matrices' row counts all at once, not one after the other),
+    // and the row's first weights. Their latency hides under the kernel
+    // before and the prologue.
     uint32_t r = blockIdx.x * kFastWarps + warp, counts[kMaxProductMatrices];
 #pragma unroll
     for (int i = 0; i < kMaxProductMatrices; i++)
@@ -247,7 +302,20 @@ __global__ void matvec1_kernel(const eng_gpu_matrix *mats, float *const *ys, int
     }
     const bool active = m < count;
     const eng_gpu_matrix w = mats[active ? m : 0];
-    const float prior = active && accumulate && lane == 0 ? ys[m][r] : 0.0f;
+    float *const y = active ? ys[m] : nullptr;
+    const uint32_t blocks = w.cols / ENG_GPU_QK;
+    const int k = lane % 8;
+    const bool q41 = w.type == ENG_TYPE_Q4_1;
+    uint32_t head[kPrefetchPasses], body[kPrefetchPasses];
+#pragma unroll
+    for (int i = 0; i < kPrefetchPasses; i++) {
+        const uint32_t b = lane / 8 + 4 * i;
+        head[i] = body[i] = 0;
+        if (active && b < blocks)
+            weight_words(w, r, blocks, b, k, q41, &head[i], &body[i]);
+    }
+    wait_for_previous_kernel();
+    const float prior = active && accumulate && lane == 0 ? y[r] : 0.0f;
     if (pro.kind == ENG_GPU_PROLOGUE_RMS) {
         eng_gpu_act_block *own = (eng_gpu_act_block *)smem;
         rms_norm_quant_row(pro.x, pro.norm, pro.n, pro.eps, own);
@@ -256,42 +324,16 @@ __global__ void matvec1_kernel(const eng_gpu_matrix *mats, float *const *ys, int
     }
     if (!active)
         return; // the whole warp: rows past the last matrix
-    const uint32_t blocks = w.cols / ENG_GPU_QK;
-    const int k = lane % 8;
-    const bool q41 = w.type == ENG_TYPE_Q4_1;
-#pragma unroll 8
-    for (uint32_t b = lane / 8; b < blocks; b += 4) {
-        const eng_gpu_act_block *a = act + b;
-        int8_t s4[4];
-        *(uint32_t *)s4 = *(const uint32_t *)(a->qs + 4 * k);
-        const float ad = half_to_float(a->d);
-        int sum;
-        float wd;
-        if (q41) {
-            const uint8_t *block = (const uint8_t *)w.data + ((size_t)r * blocks + b) * 20;
-            const uint16_t *dm = (const uint16_t *)block;
-            wd = half_to_float(dm[0]);
-            const uint32_t packed = *(const uint32_t *)(block + 4 + 4 * (k & 3));
-            uint8_t u[4];
-            for (int i = 0; i < 4; i++)
-                u[i] = (uint8_t)((packed >> (8 * i + (k >= 4 ? 4 : 0))) & 0x0f);
-            sum = quad_us(u, s4);
-            if (k == 0) {
-                wms[b] = half_to_float(dm[1]);
-                ass[b] = half_to_float(a->s);
-            }
-        } else {
-            const uint8_t *block = (const uint8_t *)w.data + ((size_t)r * blocks + b) * 34;
-            const uint16_t *h = (const uint16_t *)block;
-            wd = half_to_float(h[0]);
-            int8_t x[4];
-            *(uint16_t *)x = h[1 + 2 * k];
-            *(uint16_t *)(x + 2) = h[2 + 2 * k];
-            sum = quad_ss(x, s4);
-        }
-        lanes[b * 8 + k] = (float)sum;
-        if (k == 0)
-            scale[b] = wd * ad;
+#pragma unroll
+    for (int i = 0; i < kPrefetchPasses; i++) {
+        const uint32_t b = lane / 8 + 4 * i;
+        if (b < blocks)
+            product_block(q41, head[i], body[i], act + b, k, b, lanes, scale, wms, ass);
+    }
+    for (uint32_t b = lane / 8 + 4 * kPrefetchPasses; b < blocks; b += 4) {
+        uint32_t h, v;
+        weight_words(w, r, blocks, b, k, q41, &h, &v);
+        product_block(q41, h, v, act + b, k, b, lanes, scale, wms, ass);
     }
     __syncwarp();
     float acc = 0.0f;
@@ -308,7 +350,7 @@ __global__ void matvec1_kernel(const eng_gpu_matrix *mats, float *const *ys, int
     const float summs = __shfl_sync(0xffffffffu, acc, 8);
     if (lane == 0) {
         const float v = hsum8(l8) + (q41 ? summs : 0.0f);
-        ys[m][r] = accumulate ? v + prior : v;
+        y[r] = accumulate ? v + prior : v;
     }
 }
 size_t matvec1_shared(uint32_t max_blocks, bool prologue)
@@ -325,9 +367,8 @@ cudaError_t launch_matvec1(cudaStream_t s, const eng_gpu_matrix *mats_dev, uint3
     const uint32_t max_blocks = max_cols / ENG_GPU_QK;
     const size_t shared = matvec1_shared(max_blocks, pro.kind != ENG_GPU_PROLOGUE_NONE);
     const uint32_t grid = (total_rows + kFastWarps - 1) / kFastWarps;
-    matvec1_kernel<<<grid, kFastWarps * 32, shared, s>>>(mats_dev, ys_dev, count, act, accumulate,
-                                                         max_blocks, pro);
-    return cudaGetLastError();
+    return launch_overlapped(matvec1_kernel, dim3(grid), dim3(kFastWarps * 32), shared, s, mats_dev,
+                             ys_dev, count, act, accumulate, max_blocks, pro);
 }
 
 } // namespace
@@ -352,8 +393,7 @@ cudaError_t eng_gpu_matvec(cudaStream_t s, const eng_gpu_matrix *mats_dev, uint3
                            const eng_gpu_act_block *act, int32_t T, bool accumulate)
 {
     // The one-token kernel for a layer's products; the output's 49,152
-    // rows took it 57 us (530 GB/s), eight threads a row with no shared
-    // memory serve such a product better.
+    // rows took it 57 us on the H200, eight threads a row 34 us.
     if (T == 1 && max_cols / ENG_GPU_QK <= kMatvec1MaxBlocks && total_rows <= kMatvec1MaxRows) {
         const eng_gpu_prologue none = {ENG_GPU_PROLOGUE_NONE, nullptr, nullptr, 0, 0.0f};
         return launch_matvec1(s, mats_dev, total_rows, max_cols, ys_dev, count, act, accumulate,
@@ -364,8 +404,9 @@ cudaError_t eng_gpu_matvec(cudaStream_t s, const eng_gpu_matrix *mats_dev, uint3
     const uint32_t threads = 64, rows_per_block = threads / 8;
     const uint32_t grid = (total_rows + rows_per_block - 1) / rows_per_block;
     if (T == 1)
-        matvec_kernel<1><<<grid, threads, 0, s>>>(mats_dev, ys_dev, count, act, T, accumulate);
+        return launch_overlapped(matvec_kernel<1>, dim3(grid), dim3(threads), 0, s, mats_dev,
+                                 ys_dev, count, act, T, accumulate);
     else
-        matvec_kernel<8><<<grid, threads, 0, s>>>(mats_dev, ys_dev, count, act, T, accumulate);
-    return cudaGetLastError();
+        return launch_overlapped(matvec_kernel<8>, dim3(grid), dim3(threads), 0, s, mats_dev,
+                                 ys_dev, count, act, T, accumulate);
 }
