@@ -71,6 +71,7 @@ typedef struct setup {
     eng_gpu_streaming *streaming; /* when the model streams layers */
     uint64_t ledger_start;
     uint64_t file_bytes; /* the weights' bytes in the file */
+    uint64_t budget;     /* the streamed model's device budget (load_streamed) */
 } setup;
 
 /* Bytes the authority owns beyond the weights' (resident slots, the ring a
@@ -372,6 +373,7 @@ static bool load_streamed(setup *s, const char *path, double fraction)
 {
     eng_error err = {0};
     const uint64_t budget = (uint64_t)((double)s->file_bytes * fraction);
+    s->budget = budget;
     if (eng_gpu_streaming_create(&s->streaming, &err) != ORTMEM_OK) {
         printf("  FAIL the streaming: %s\n", err.message);
         failures++;
@@ -421,7 +423,7 @@ static bool check_streamed(setup *s, const char *path, json_t *root)
 {
     if (!load_streamed(s, path, 0.5))
         return false;
-    const uint64_t budget = (uint64_t)((double)s->file_bytes * 0.5);
+    const uint64_t budget = s->budget;
     ortmem_residency_stats before, after;
     residency(s->model, &before);
     int failures_before = failures;
@@ -480,7 +482,7 @@ static void bench_streamed(setup *s, const char *path)
             ok = eng_gpu_step(c, &token, &next, &err) == ORTMEM_OK;
             residency(s->model, &after);
         }
-        const uint64_t budget = (uint64_t)((double)s->file_bytes * fractions[f]);
+        const uint64_t budget = fractions[f] > 0 ? s->budget : 0;
         const uint64_t resident = eng_model_weights_resident_bytes(s->model);
         eng_gpu_context_destroy(c, NULL);
         if (fractions[f] > 0) {
